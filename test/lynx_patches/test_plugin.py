@@ -1,0 +1,118 @@
+"""The plugin is discovered, parses through SGLang's real parser, and proves its hooks live."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import entry_points
+
+import pytest
+
+from lynx.config import LynxConfig, options
+from lynx_patches.hooks import all_hooks
+from lynx_patches.selfcheck import Hook, LynxHookError, is_applied, missing, verify
+
+
+@pytest.fixture(scope="module")
+def plugins_loaded():
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+
+
+def _parse(argv):
+    from sglang.srt.server_args import prepare_server_args
+
+    return prepare_server_args(argv)
+
+
+def test_entry_points_name_the_lynx_plugin_and_platform():
+    general = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
+    platforms = {ep.name: ep.value for ep in entry_points(group="sglang.srt.platforms")}
+    assert general["lynx"] == "lynx_patches:register"
+    assert platforms["lynx_cpu"] == "lynx_patches.platform:activate"
+
+
+def test_every_hook_is_applied_after_load_plugins(plugins_loaded):
+    assert missing(all_hooks()) == []
+    for hook in all_hooks():
+        assert is_applied(hook.target, hook.fn), hook.target
+
+
+def test_selfcheck_names_a_hook_that_is_not_applied(plugins_loaded):
+    stray = Hook("sglang.srt.server_args.ServerArgs.add_cli_args", lambda *a: None, "AFTER")
+    gone = Hook("sglang.srt.server_args.NoSuchThing.method", lambda *a: None, "AFTER")
+    assert missing([stray, gone]) == [stray.target, gone.target]
+    with pytest.raises(LynxHookError, match="NoSuchThing"):
+        verify([gone])
+
+
+def test_lynx_flag_parses_through_the_launch_server_parser(plugins_loaded, model_path):
+    server_args = _parse(
+        ["--model-path", str(model_path), "--lynx", "--lynx-mode", "int8", "--lynx-preset", "int16"]
+    )
+    assert server_args._lynx == LynxConfig(mode="int8", preset="int16")
+
+
+def test_without_lynx_flag_no_config_is_attached(plugins_loaded, model_path):
+    server_args = _parse(["--model-path", str(model_path)])
+    assert getattr(server_args, "_lynx", None) is None
+
+
+def test_lynx_config_reaches_subprocesses_by_pickle(plugins_loaded, model_path):
+    import pickle
+
+    server_args = _parse(["--model-path", str(model_path), "--lynx", "--lynx-mode", "bf16"])
+    assert pickle.loads(pickle.dumps(server_args))._lynx == LynxConfig(mode="bf16")
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_help_lists_every_lynx_option_with_its_default():
+    out = subprocess.run(
+        [sys.executable, "-m", "sglang.launch_server", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    flat = " ".join(out.split())
+    assert "--lynx " in out
+    for opt in options():
+        assert opt.flag in out
+        assert f"(default: {opt.default})" in flat
+
+
+def test_unknown_lynx_value_is_a_clear_error_not_a_traceback(model_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_path),
+         "--lynx", "--lynx-mode", "fp3"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "argument --lynx-mode: invalid choice: 'fp3'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_server_refuses_lynx_when_a_hook_failed_to_apply(model_path):
+    """SGLang only logs a hook it could not apply; --lynx must then stop with an error."""
+    proc = _run_python(
+        f"""
+        from types import SimpleNamespace
+        from sglang.srt.plugins.hook_registry import HookRegistry
+        from lynx_patches import targets
+        # A broken hook from another plugin makes SGLang skip the whole target.
+        HookRegistry.register(targets.SCHEDULER_INIT, print, SimpleNamespace(value="broken"))
+        from sglang.srt.plugins import load_plugins
+        load_plugins()
+        from sglang.srt.server_args import prepare_server_args
+        prepare_server_args(["--model-path", {str(model_path)!r}, "--lynx"])
+        """
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Lynx hooks were not applied to: " + "sglang.srt.managers.scheduler" in proc.stderr
+    assert "error: Lynx hooks were not applied" in proc.stderr.splitlines()[-1]

@@ -1,0 +1,100 @@
+"""End to end: the README's server (real SGLang, --lynx, SmolLM2 on this CPU)."""
+
+from __future__ import annotations
+
+import pytest
+from openai import OpenAI
+
+from lynx.exactness import compare_greedy, compare_greedy_resynced
+from lynx_patches.launch import SGLangServer
+from lynx.hf_reference import HFReference
+
+PROMPTS = (
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain photosynthesis in two sentences.",
+    "List three prime numbers greater than 50.",
+    "Translate 'good morning' into Spanish and German.",
+    "What does a compiler do?",
+    "Give me a short tip for learning to cook.",
+    "Summarize the plot of Romeo and Juliet in one sentence.",
+)
+MAX_TOKENS = 40
+
+
+@pytest.fixture(scope="module")
+def client(lynx_server) -> OpenAI:
+    return OpenAI(base_url=f"{lynx_server.url}/v1", api_key="unused")
+
+
+def _chat(client: OpenAI, prompt: str):
+    reply = client.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=MAX_TOKENS,
+        temperature=0,
+        extra_body={"return_prompt_token_ids": True, "return_token_ids": True},
+    )
+    choice = reply.choices[0]
+    return choice, choice.model_extra["prompt_token_ids"], choice.model_extra["response_token_ids"]
+
+
+def test_chat_completion_answers_through_openai_client(client):
+    choice, _, tokens = _chat(client, "What is the capital of France? Answer in one sentence.")
+    assert "Paris" in choice.message.content
+    assert choice.finish_reason == "stop"
+    assert 0 < len(tokens) <= MAX_TOKENS
+
+
+def test_server_runs_on_the_lynx_cpu_platform(lynx_server):
+    info = lynx_server.get_json("/server_info")
+    assert info["device"] == "cpu"
+    assert info["attention_backend"] == "torch_native"
+
+
+def test_greedy_output_equals_transformers_bf16(client, model_path):
+    """The README's bf16 server agrees with transformers' bf16 greedy decoding.
+
+    bf16 logits tie often (one bf16 step at |logit| ~ 20 is 0.125 nats), so
+    two correct decoders may part: the parting token must then be
+    transformers' other top-2 choice with a gap below
+    `lynx.exactness.NEAR_TIE_GAP`. The fp32 test below checks every token.
+    """
+    reference = HFReference(model_path, dtype="bfloat16")
+    verdicts = []
+    for prompt in PROMPTS:
+        _, prompt_ids, served = _chat(client, prompt)
+        expected, top2 = reference.greedy(prompt_ids, MAX_TOKENS)
+        result = compare_greedy(expected, served, top2)
+        assert result.ok, f"{prompt!r}: {result.detail}"
+        verdicts.append(result.verdict)
+    print(f"\nbf16: {verdicts.count('equal')}/{len(PROMPTS)} equal, "
+          f"{verdicts.count('near_tie')} parted at a tie")
+
+
+@pytest.fixture(scope="module")
+def fp32_client(model_path, server_logs):
+    with SGLangServer(
+        model_path,
+        ["--lynx", "--served-model-name", "smollm2", "--dtype", "float32"],
+        log_path=server_logs / "fp32-server.log",
+    ) as server:
+        yield OpenAI(base_url=f"{server.url}/v1", api_key="unused")
+
+
+def test_every_greedy_token_equals_transformers_in_fp32(fp32_client, model_path):
+    """In fp32 every served token is checked against transformers.
+
+    After a parting at a near-tie transformers resumes from the served tokens
+    (`compare_greedy_resynced`), so no token goes unchecked.
+    """
+    reference = HFReference(model_path, dtype="float32")
+    tokens, ties = 0, 0
+    for prompt in PROMPTS:
+        _, prompt_ids, served = _chat(fp32_client, prompt)
+        result = compare_greedy_resynced(
+            served, lambda prefix, n: reference.greedy(prompt_ids + prefix, n)
+        )
+        assert result.ok, f"{prompt!r}: {result.problem.detail}"
+        tokens, ties = tokens + len(served), ties + len(result.ties)
+    print(f"\nfp32: {tokens} tokens over {len(PROMPTS)} prompts, {ties} partings at a near-tie")
