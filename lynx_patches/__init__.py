@@ -10,6 +10,10 @@ def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     from lynx_patches.hooks import all_hooks
+    from lynx_patches.pd.registry import install_backend_choice
 
     for hook in all_hooks():
         HookRegistry.register(hook.target, hook.fn, HookType[hook.kind])
+    # After the hooks: should this fail, `--lynx` still parses and the
+    # self-check reports the missing backend instead of an unknown flag.
+    install_backend_choice()

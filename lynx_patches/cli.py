@@ -8,10 +8,14 @@ parsed options travel as the bookkeeping attribute `server_args._lynx` (a
 from __future__ import annotations
 
 import argparse
+import sys
 
 from lynx.config import LynxConfig, options
 from lynx_patches import targets
 from lynx_patches.selfcheck import Hook, LynxHookError
+
+BACKEND = "lynx"
+STOCK_DEFAULT_BACKEND = "mooncake"
 
 
 class _EnableLynx(argparse.Action):
@@ -35,26 +39,60 @@ def add_cli_args(result, parser: argparse.ArgumentParser):
     group = parser.add_argument_group("Lynx", "Anchor/residual KV transfer (lynx_patches).")
     group.add_argument("--lynx", action=_EnableLynx, help="Enable Lynx on this server.")
     for opt in options():
+        if opt.is_switch:
+            group.add_argument(opt.flag, dest=f"lynx_{opt.field}", action="store_true", help=opt.help)
+            continue
         group.add_argument(
             opt.flag,
             dest=f"lynx_{opt.field}",
             metavar=opt.metavar,
+            type=opt.type,
             choices=opt.choices,
             default=opt.default,
             help=f"{opt.help} (default: %(default)s)",
         )
 
 
+def _fail(message: str):
+    print(f"sglang serve: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def from_cli_args(original, cls, args: argparse.Namespace):
     """AROUND `ServerArgs.from_cli_args`: attach `_lynx` when `--lynx` was given."""
     server_args = original(cls, args)
-    if getattr(args, "lynx", False):
-        try:
-            config = LynxConfig(**{o.field: getattr(args, f"lynx_{o.field}") for o in options()})
-        except ValueError as exc:
-            raise SystemExit(f"sglang: error: {exc}") from None
-        server_args._lynx = config
+    if not getattr(args, "lynx", False):
+        return server_args
+    try:
+        config = LynxConfig(**{o.field: getattr(args, f"lynx_{o.field}") for o in options()})
+    except ValueError as exc:
+        _fail(str(exc))
+    if server_args.disaggregation_mode in ("prefill", "decode"):
+        _prepare_disaggregation(server_args, config)
+    elif config.loopback:
+        # The radix cache would hand a round-tripped prompt KV to later requests.
+        server_args.disable_radix_cache = True
+    server_args._lynx = config
     return server_args
+
+
+def _prepare_disaggregation(server_args, config: LynxConfig) -> None:
+    """Select the lynx transfer backend and refuse what it cannot serve."""
+    backend = server_args.disaggregation_transfer_backend
+    if backend not in (BACKEND, STOCK_DEFAULT_BACKEND):
+        _fail(
+            f"--lynx transfers KV with its own backend; drop "
+            f"--disaggregation-transfer-backend {backend}"
+        )
+    if config.loopback:
+        _fail("--lynx-loopback is for a non-disaggregated server; drop it or --disaggregation-mode")
+    server_args.disaggregation_transfer_backend = BACKEND
+    if server_args.disaggregation_decode_enable_radix_cache:
+        _fail("--lynx does not support --disaggregation-decode-enable-radix-cache yet")
+    try:
+        config.load_secret()
+    except ValueError as exc:
+        _fail(str(exc))
 
 
 HOOKS = (

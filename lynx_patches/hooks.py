@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from lynx_patches.selfcheck import Hook, verify
+from lynx_patches.selfcheck import Hook, LynxHookError, verify
 
 
 def all_hooks() -> tuple[Hook, ...]:
-    from lynx_patches import cli, startup
+    from lynx_patches import cli, loopback, observe, startup
+    from lynx_patches.pd import registry
 
-    return cli.HOOKS + startup.HOOKS
+    return cli.HOOKS + startup.HOOKS + observe.HOOKS + loopback.HOOKS + registry.HOOKS
 
 
 def verify_hooks() -> None:
-    """Raise `LynxHookError` unless every Lynx hook is live."""
+    """Raise `LynxHookError` unless every Lynx hook is live and `lynx` is a transfer backend."""
+    from lynx_patches.pd.registry import backend_installed
+
     verify(all_hooks())
+    if not backend_installed():
+        raise LynxHookError("the 'lynx' transfer backend is not registered with SGLang")

@@ -104,13 +104,7 @@ class SGLangServer:
             raise
 
     def post_json(self, path: str, body: dict, timeout: float = 600.0):
-        req = urllib.request.Request(
-            self.url + path,
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
+        return post_json(self.url + path, body, timeout)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -120,21 +114,9 @@ class SGLangServer:
 
     def stop(self, grace: float = 15.0) -> None:
         """End the server's process group: SIGTERM, then SIGKILL after `grace` seconds."""
-        if self.process is None:
-            return
-        pgid = self.process.pid
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.process.wait(timeout=wait)
-                _wait_group_gone(pgid, wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        self.process = None
+        if self.process is not None:
+            stop_group(self.process, grace)
+            self.process = None
 
     def __enter__(self) -> SGLangServer:
         self.start()
@@ -146,6 +128,31 @@ class SGLangServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def post_json(url: str, body: dict, timeout: float = 600.0):
+    """POST `body` as JSON and return the decoded JSON answer."""
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def stop_group(process: subprocess.Popen, grace: float = 15.0) -> None:
+    """End the process group led by `process`: SIGTERM, then SIGKILL after `grace` seconds."""
+    pgid = process.pid
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=wait)
+            _wait_group_gone(pgid, wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _wait_group_gone(pgid: int, timeout: float) -> None:

@@ -15,6 +15,16 @@ def lynx_config_of(server_args):
     return getattr(server_args, "_lynx", None)
 
 
+def current_config():
+    """The `LynxConfig` of this SGLang process's published server args, or None."""
+    from sglang.srt.runtime_context import get_server_args
+
+    try:
+        return lynx_config_of(get_server_args())
+    except (AttributeError, ValueError):
+        return None
+
+
 def scheduler_init(*args, **kwargs):
     """BEFORE `Scheduler.__init__(self, server_args, port_args, ...)`."""
     from lynx_patches.hooks import verify_hooks

@@ -3,3 +3,14 @@
 SERVER_ARGS_ADD_CLI_ARGS = "sglang.srt.server_args.ServerArgs.add_cli_args"
 SERVER_ARGS_FROM_CLI_ARGS = "sglang.srt.server_args.ServerArgs.from_cli_args"
 SCHEDULER_INIT = "sglang.srt.managers.scheduler.Scheduler.__init__"
+GET_KV_CLASS = "sglang.srt.disaggregation.utils.get_kv_class"
+PREFILL_INIT_KV_MANAGER = "sglang.srt.disaggregation.prefill.PrefillBootstrapQueue._init_kv_manager"
+DECODE_INIT_KV_MANAGER = "sglang.srt.disaggregation.decode.DecodePreallocQueue._init_kv_manager"
+SCHEDULER_INTERNAL_STATE = (
+    "sglang.srt.managers.scheduler_components.internal_state."
+    "SchedulerInternalStateController.get_internal_state"
+)
+PREFILL_RESULT = (
+    "sglang.srt.managers.scheduler_components.batch_result_processor."
+    "SchedulerBatchResultProcessor.process_batch_result_prefill"
+)

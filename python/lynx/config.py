@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 from lynx.codec import CodecSpec
+from lynx.kvwire import WireFormat
 
 MODES = ("bf16", "int8", "int4", "lynx")
+SECRET_ENV = "LYNX_SECRET"
+MIN_CHUNK_BYTES = 4 << 10
+MAX_CHUNK_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -14,15 +21,29 @@ class LynxConfig:
     """Options of a Lynx-enabled server (`--lynx-*` on the command line).
 
     Attributes:
-        mode: what crosses the prefill→decode link. ``bf16``: the KV as is, one
-            stream. ``int8``: 8-bit KV, one stream, decode waits for all of it.
-            ``int4``: the 4-bit anchor only (lossy). ``lynx``: anchor first,
-            residual later.
+        mode: what crosses the prefill→decode link (see `lynx.kvwire`).
         preset: codec preset (bit widths of the stages) used by ``lynx`` mode.
+        link_gbps: emulated link rate at the sender in Gbit/s; 0 = unpaced.
+        chunk_bytes: largest payload of one frame; bounds how long a residual
+            chunk can hold up an anchor on the link.
+        transfer_timeout: seconds a decode server waits, after reserving a
+            request's KV slots, for its KV before failing the request.
+        secret_file: file holding the shared secret that authenticates peers
+            (else the `LYNX_SECRET` environment variable).
+        insecure: allow disaggregated serving without a secret (local tests).
+        loopback: on a non-disaggregated server, round-trip each prompt's KV
+            through the mode's wire format after prefill (accuracy of a mode
+            without a decode server).
     """
 
     mode: str = "lynx"
     preset: str = "int8"
+    link_gbps: float = 0.0
+    chunk_bytes: int = 1 << 20
+    transfer_timeout: float = 60.0
+    secret_file: str | None = None
+    insecure: bool = False
+    loopback: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -32,10 +53,47 @@ class LynxConfig:
                 f"--lynx-preset must be one of {', '.join(CodecSpec.preset_names())}; "
                 f"got {self.preset!r}"
             )
+        if not (math.isfinite(self.link_gbps) and self.link_gbps >= 0):
+            raise ValueError(f"--lynx-link-gbps must be >= 0 (0 = unpaced); got {self.link_gbps}")
+        if not MIN_CHUNK_BYTES <= self.chunk_bytes <= MAX_CHUNK_BYTES:
+            raise ValueError(
+                f"--lynx-chunk-bytes must be in [{MIN_CHUNK_BYTES}, {MAX_CHUNK_BYTES}]; "
+                f"got {self.chunk_bytes}"
+            )
+        if not (math.isfinite(self.transfer_timeout) and self.transfer_timeout > 0):
+            raise ValueError(f"--lynx-transfer-timeout must be > 0 seconds; got {self.transfer_timeout}")
 
     @property
     def codec_spec(self) -> CodecSpec:
         return CodecSpec.preset(self.preset)
+
+    @property
+    def wire(self) -> WireFormat:
+        return WireFormat.for_mode(self.mode, self.preset)
+
+    def load_secret(self) -> bytes:
+        """The shared secret (b"" when insecure and none is configured).
+
+        Raises:
+            ValueError: no secret is configured and `insecure` is off, or the
+                secret file is missing or empty.
+        """
+        if self.secret_file is not None:
+            try:
+                secret = Path(self.secret_file).read_bytes().strip()
+            except OSError as exc:
+                raise ValueError(f"--lynx-secret-file {self.secret_file}: {exc.strerror}") from None
+            if not secret:
+                raise ValueError(f"--lynx-secret-file {self.secret_file} is empty")
+            return secret
+        secret = os.environ.get(SECRET_ENV, "").encode()
+        if secret or self.insecure:
+            return secret
+        raise ValueError(
+            "disaggregated Lynx servers authenticate each other with a shared secret: "
+            f"pass --lynx-secret-file PATH or set {SECRET_ENV} (the same on prefill and "
+            "decode), or --lynx-insecure for local experiments"
+        )
 
 
 @dataclass(frozen=True)
@@ -43,14 +101,22 @@ class OptionDoc:
     """One `--lynx-*` option as the CLI and README present it."""
 
     field: str
-    flag: str
-    metavar: str
+    metavar: str | None
     help: str
+    type: type = str
     choices: tuple[str, ...] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--lynx-" + self.field.replace("_", "-")
 
     @property
     def default(self):
         return next(f.default for f in fields(LynxConfig) if f.name == self.field)
+
+    @property
+    def is_switch(self) -> bool:
+        return self.type is bool
 
 
 def options() -> tuple[OptionDoc, ...]:
@@ -58,18 +124,54 @@ def options() -> tuple[OptionDoc, ...]:
     return (
         OptionDoc(
             "mode",
-            "--lynx-mode",
             "MODE",
             "What crosses the prefill->decode link: bf16 (unquantized), int8 (one "
             "8-bit stream), int4 (anchor only, lossy) or lynx (anchor first, "
-            "residual later, exact output).",
-            MODES,
+            "residual later).",
+            choices=MODES,
         ),
         OptionDoc(
             "preset",
-            "--lynx-preset",
             "NAME",
-            "Codec preset: bit widths of the anchor and residual stages.",
-            CodecSpec.preset_names(),
+            "Codec preset of lynx mode: bit widths of the anchor and residual stages.",
+            choices=CodecSpec.preset_names(),
+        ),
+        OptionDoc(
+            "link_gbps",
+            "RATE",
+            "Emulated link rate at the prefill sender in Gbit/s (token bucket); 0 = unpaced.",
+            type=float,
+        ),
+        OptionDoc(
+            "chunk_bytes",
+            "N",
+            f"Largest frame payload in bytes ({MIN_CHUNK_BYTES}..{MAX_CHUNK_BYTES}).",
+            type=int,
+        ),
+        OptionDoc(
+            "transfer_timeout",
+            "SECONDS",
+            "Decode side: fail a request whose KV has not arrived this long after its "
+            "slots were reserved.",
+            type=float,
+        ),
+        OptionDoc(
+            "secret_file",
+            "PATH",
+            f"File with the shared secret that authenticates prefill and decode peers "
+            f"(else ${SECRET_ENV}).",
+        ),
+        OptionDoc(
+            "insecure",
+            None,
+            "Allow disaggregated serving without a shared secret (local experiments only).",
+            type=bool,
+        ),
+        OptionDoc(
+            "loopback",
+            None,
+            "Non-disaggregated server only: after prefill, round-trip each prompt's KV "
+            "through the --lynx-mode wire format, as if it had crossed the link.",
+            type=bool,
         ),
     )

@@ -2,12 +2,24 @@
 
 ``encode`` quantizes one layer's K and V and splits the codes by bit
 significance into streams (anchor first); ``decode`` rebuilds K and V from any
-prefix of those streams. The lower-level functions are the reference the GPU
-kernels mirror.
+prefix of those streams. ``encode_from_pool``/``decode_into_pool``/
+``upgrade_in_pool`` do the same straight from and into a token-indexed KV
+pool; ``gather_encode``/``scatter_decode``/``scatter_upgrade`` dispatch those
+to the Triton kernels when they apply. The lower-level functions are the
+reference the GPU kernels mirror.
 """
 
 from lynx.codec.bitpack import pack_bits, unpack_bits
 from lynx.codec.codec import EncodedKV, decode, encode
+from lynx.codec.pool import (
+    decode_into_pool,
+    encode_from_pool,
+    gather_encode,
+    scatter_decode,
+    scatter_upgrade,
+    select_backend,
+    upgrade_in_pool,
+)
 from lynx.codec.quant import dequantize_key, dequantize_value, quantize_key, quantize_value
 from lynx.codec.spec import CodecSpec
 from lynx.codec.stages import merge_stages, split_stages
@@ -16,13 +28,20 @@ __all__ = [
     "CodecSpec",
     "EncodedKV",
     "decode",
+    "decode_into_pool",
     "dequantize_key",
     "dequantize_value",
     "encode",
+    "encode_from_pool",
+    "gather_encode",
     "merge_stages",
     "pack_bits",
     "quantize_key",
     "quantize_value",
+    "scatter_decode",
+    "scatter_upgrade",
+    "select_backend",
     "split_stages",
     "unpack_bits",
+    "upgrade_in_pool",
 ]

@@ -1,0 +1,220 @@
+"""A real prefill/decode deployment on one machine: two SGLang servers with --lynx and SGLang's router.
+
+    python -m lynx_patches.deploy --mode lynx      # starts all three, prints URLs, waits for Ctrl-C
+
+The router is `smg` (Shepherd Model Gateway, SGLang's PD router). It adds the
+bootstrap fields to every request and routes by model id, which is the
+servers' `--served-model-name`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from lynx_patches.launch import (
+    CPU_SERVER_ENV,
+    HOST,
+    ServerStartError,
+    SGLangServer,
+    free_port,
+    post_json,
+    stop_group,
+)
+
+SERVED_MODEL = "smollm2"
+
+
+class PDDeployment:
+    """Prefill server, decode server and router, started and stopped together.
+
+    Args:
+        model_path: model folder both servers load.
+        lynx_args: `--lynx-*` arguments given to both servers (e.g. ``["--lynx-mode", "int8"]``).
+        log_dir: where the three logs go.
+        max_total_tokens: KV pool size of each server.
+        extra_args: further arguments for both servers.
+        env: extra environment for both servers (e.g. ``{"LYNX_SECRET": ...}``).
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        lynx_args: Sequence[str] = (),
+        *,
+        log_dir: str | Path,
+        max_total_tokens: int = 16384,
+        extra_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        served_model_name: str = SERVED_MODEL,
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.bootstrap_port = free_port()
+        self.served_model_name = served_model_name
+        common = [
+            "--lynx",
+            *lynx_args,
+            "--served-model-name",
+            served_model_name,
+            "--disaggregation-bootstrap-port",
+            str(self.bootstrap_port),
+            *extra_args,
+        ]
+        self.prefill = SGLangServer(
+            model_path,
+            [*common, "--disaggregation-mode", "prefill"],
+            max_total_tokens=max_total_tokens,
+            log_path=self.log_dir / "prefill.log",
+            env=env,
+        )
+        self.decode = SGLangServer(
+            model_path,
+            [*common, "--disaggregation-mode", "decode"],
+            max_total_tokens=max_total_tokens,
+            log_path=self.log_dir / "decode.log",
+            env=env,
+        )
+        self.router_port = free_port()
+        self.url = f"http://{HOST}:{self.router_port}"
+        self.router: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 600.0) -> PDDeployment:
+        """Start all three and wait until a request through the router is answered."""
+        deadline = time.monotonic() + timeout
+        self.prefill.start()
+        self.decode.start()
+        self.prefill.wait_ready(timeout=deadline - time.monotonic())
+        self.decode.wait_ready(timeout=deadline - time.monotonic())
+        self._start_router()
+        self._wait_router(deadline)
+        return self
+
+    def _start_router(self) -> None:
+        smg = Path(sys.executable).with_name("smg")
+        command = [
+            str(smg) if smg.exists() else "smg",
+            "launch",
+            "--pd-disaggregation",
+            "--prefill", self.prefill.url, str(self.bootstrap_port),
+            "--decode", self.decode.url,
+            "--host", HOST,
+            "--port", str(self.router_port),
+            "--prometheus-host", HOST,
+            "--prometheus-port", str(free_port()),
+            "--worker-startup-check-interval", "1",
+            "--health-check-interval-secs", "5",
+            "--log-level", "warn",
+        ]  # fmt: skip
+        log = open(self.log_dir / "router.log", "ab")  # noqa: SIM115 - owned by the child
+        self.router = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **CPU_SERVER_ENV},
+            start_new_session=True,
+        )  # fmt: skip
+        log.close()
+
+    def _wait_router(self, deadline: float) -> None:
+        body = {"model": self.served_model_name, "prompt": "Hi", "max_tokens": 1, "temperature": 0}
+        while time.monotonic() < deadline:
+            if self.router is None or self.router.poll() is not None:
+                raise ServerStartError(f"router exited\n{_tail(self.log_dir / 'router.log')}")
+            try:
+                post_json(f"{self.url}/v1/completions", body, timeout=60)
+                return
+            except OSError:
+                time.sleep(1.0)
+        raise ServerStartError(f"router not ready in time\n{_tail(self.log_dir / 'router.log')}")
+
+    def generate_direct(
+        self,
+        body: dict,
+        room: int,
+        timeout: float = 600.0,
+        after_prefill: Callable[[], None] | None = None,
+    ) -> tuple[dict | str, dict | str]:
+        """POST `/generate` to prefill and decode with bootstrap room `room`, bypassing the router.
+
+        `after_prefill` runs once the prefill server has answered (its KV is
+        then on its way) while the decode server may still be receiving.
+        Returns ``(prefill_answer, decode_answer)``; an answer is the decoded
+        JSON, or the error text when the server answered with an HTTP error.
+        """
+        fields = {"bootstrap_host": HOST, "bootstrap_port": self.bootstrap_port, "bootstrap_room": room}
+        answers: dict[str, dict | str] = {}
+
+        def call(name: str, server: SGLangServer) -> None:
+            try:
+                answers[name] = post_json(f"{server.url}/generate", {**body, **fields}, timeout)
+            except urllib.error.HTTPError as exc:
+                answers[name] = exc.read().decode(errors="replace")
+            except OSError as exc:
+                answers[name] = f"{type(exc).__name__}: {exc}"
+            if name == "prefill" and after_prefill is not None:
+                after_prefill()
+
+        threads = [threading.Thread(target=call, args=item) for item in (("prefill", self.prefill), ("decode", self.decode))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return answers["prefill"], answers["decode"]
+
+    def stop(self) -> None:
+        if self.router is not None:
+            stop_group(self.router)
+            self.router = None
+        self.decode.stop()
+        self.prefill.stop()
+
+    def __enter__(self) -> PDDeployment:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from lynx.models import prepare_smollm2
+
+    parser = argparse.ArgumentParser(prog="python -m lynx_patches.deploy", description=__doc__.splitlines()[0])
+    parser.add_argument("--model-path", default=None, help="model folder (default: SmolLM2 from the cache)")
+    parser.add_argument("--log-dir", default="lynx-logs", help="folder for the three logs")
+    parser.add_argument("--max-total-tokens", type=int, default=16384)
+    args, lynx_args = parser.parse_known_args(argv)
+    model = args.model_path or prepare_smollm2()
+    deployment = PDDeployment(model, lynx_args, log_dir=args.log_dir, max_total_tokens=args.max_total_tokens)
+    print(f"[lynx] starting prefill, decode and router (logs in {args.log_dir})", flush=True)
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    try:
+        with deployment:
+            print(f"[lynx] ready: router {deployment.url}, model '{deployment.served_model_name}'", flush=True)
+            # Blocked only now: the servers inherited the default signal mask.
+            signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+            signal.sigwait(stop_signals)
+    except ServerStartError as exc:
+        print(f"[lynx] error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""`--lynx-loopback`: a single server that round-trips each prompt's KV through the wire format.
+
+Right after a request's prefill, its prompt KV is encoded in the server's
+`--lynx-mode` and decoded back into the same slots, so decoding continues on
+exactly the KV a decode server would have received. The first token still
+comes from the exact prefill, as in disaggregated serving. This measures a
+mode's accuracy on one server, and is the reference the PD tests compare to.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from lynx_patches import targets
+from lynx_patches.pd.pool import layer_buffers
+from lynx_patches.selfcheck import Hook
+from lynx_patches.startup import current_config
+
+
+def roundtrip(wire, pool, slots: torch.Tensor) -> None:
+    """Replace the KV at `slots` (int64 ``[tokens]``) by its wire-format round trip."""
+    from lynx.kvwire import KVShape
+
+    k_buffers, v_buffers = layer_buffers(pool)
+    shape = KVShape(len(k_buffers), len(slots), k_buffers[0].shape[1], k_buffers[0].shape[2], k_buffers[0].dtype)
+    streams = wire.encode(k_buffers, v_buffers, slots)
+    wire.write(streams, shape, k_buffers, v_buffers, slots)
+
+
+def prefill_result(result, processor, batch, *args, **kwargs):
+    """AFTER `SchedulerBatchResultProcessor.process_batch_result_prefill`."""
+    config = current_config()
+    if config is None or not config.loopback:
+        return None
+    pool = processor.token_to_kv_pool_allocator.get_kvcache()
+    for req in batch.reqs:
+        done = req.finished() or req.inflight_middle_chunks > 0
+        if done or getattr(req, "_lynx_roundtripped", False):
+            continue
+        row = processor.req_to_token_pool.req_to_token[req.kv.req_pool_idx]
+        roundtrip(config.wire, pool, row[: len(req.origin_input_ids)].to(torch.int64))
+        req._lynx_roundtripped = True
+    return None
+
+
+HOOKS = (Hook(targets.PREFILL_RESULT, prefill_result, "AFTER"),)

@@ -1,0 +1,68 @@
+"""Make `lynx` a `--disaggregation-transfer-backend` of SGLang and hand it the KV pool."""
+
+from __future__ import annotations
+
+from lynx_patches import targets
+from lynx_patches.selfcheck import Hook
+
+BACKEND_VALUE = "lynx"
+
+
+def install_backend_choice() -> None:
+    """Add `lynx` to the CLI choices and to the `TransferBackend` enum (idempotent)."""
+    from sglang.srt.disaggregation.utils import TransferBackend
+    from sglang.srt.server_args import add_disagg_transfer_backend_choices
+
+    if BACKEND_VALUE in TransferBackend._value2member_map_:
+        return
+    add_disagg_transfer_backend_choices([BACKEND_VALUE])
+    member = object.__new__(TransferBackend)
+    member._name_ = "LYNX"
+    member._value_ = BACKEND_VALUE
+    TransferBackend._value2member_map_[BACKEND_VALUE] = member
+    TransferBackend._member_map_["LYNX"] = member
+    TransferBackend._member_names_.append("LYNX")
+    type.__setattr__(TransferBackend, "LYNX", member)
+
+
+def backend_installed() -> bool:
+    from sglang.srt.disaggregation.utils import TransferBackend
+
+    try:
+        return TransferBackend(BACKEND_VALUE).value == BACKEND_VALUE
+    except ValueError:
+        return False
+
+
+def get_kv_class(original, transfer_backend, class_type):
+    """AROUND `get_kv_class`: the Lynx classes for the `lynx` backend."""
+    if getattr(transfer_backend, "value", None) != BACKEND_VALUE:
+        return original(transfer_backend, class_type)
+    from sglang.srt.disaggregation.base import KVArgs
+    from sglang.srt.disaggregation.utils import KVClassType
+
+    from lynx_patches.pd.conn import LynxKVBootstrapServer, LynxKVReceiver, LynxKVSender
+    from lynx_patches.pd.manager import LynxKVManager
+
+    return {
+        KVClassType.KVARGS: KVArgs,
+        KVClassType.MANAGER: LynxKVManager,
+        KVClassType.SENDER: LynxKVSender,
+        KVClassType.RECEIVER: LynxKVReceiver,
+        KVClassType.BOOTSTRAP_SERVER: LynxKVBootstrapServer,
+    }[class_type]
+
+
+def init_kv_manager(original, queue):
+    """AROUND `{Prefill,Decode}..._init_kv_manager`: give a Lynx manager its KV pool."""
+    manager = original(queue)
+    if hasattr(manager, "attach_pool"):
+        manager.attach_pool(queue.token_to_kv_pool)
+    return manager
+
+
+HOOKS = (
+    Hook(targets.GET_KV_CLASS, get_kv_class, "AROUND"),
+    Hook(targets.PREFILL_INIT_KV_MANAGER, init_kv_manager, "AROUND"),
+    Hook(targets.DECODE_INIT_KV_MANAGER, init_kv_manager, "AROUND"),
+)

@@ -1,0 +1,153 @@
+"""What a request's KV cache looks like on the wire in each `--lynx-mode`.
+
+A request's KV is sent as one byte stream per priority class; each stream is
+the concatenation over layers of that layer's stream. The four modes share
+this shape, so they go through the same transport and compare fairly:
+
+* ``bf16``: one stream, each layer's K then V exactly as stored (no codec).
+* ``int8``: one stream, the codec with a single 8-bit stage.
+* ``int4``: one stream, the 4-bit anchor only (lossy).
+* ``lynx``: the preset's stages, anchor first (e.g. 4 + 4 bits).
+
+``int8`` mode and ``lynx`` mode with the ``int8`` preset quantize identically
+(same groups, same 8-bit codes), so once the residual has landed their KV is
+bit-identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+import torch
+
+from lynx.codec import CodecSpec, EncodedKV
+from lynx.codec.pool import gather_encode, scatter_decode
+
+SINGLE_STAGE_INT8 = CodecSpec(stage_bits=(8,))
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """Shape of one request's KV: per layer, K and V are ``[num_tokens, kv_heads, head_dim]``."""
+
+    num_layers: int
+    num_tokens: int
+    kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "num_tokens", "kv_heads", "head_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+@dataclass(frozen=True)
+class WireFormat:
+    """The streams of one mode. ``spec`` is None for the uncompressed ``bf16`` mode."""
+
+    mode: str
+    spec: CodecSpec | None
+
+    @classmethod
+    def for_mode(cls, mode: str, preset: str) -> WireFormat:
+        specs = {
+            "bf16": None,
+            "int8": SINGLE_STAGE_INT8,
+            "int4": CodecSpec.preset("int4"),
+            "lynx": CodecSpec.preset(preset),
+        }
+        if mode not in specs:
+            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(specs)}")
+        return cls(mode, specs[mode])
+
+    @property
+    def num_streams(self) -> int:
+        return 1 if self.spec is None else self.spec.num_stages
+
+    def layer_stream_bytes(self, shape: KVShape) -> tuple[int, ...]:
+        """Bytes of each stream for one layer."""
+        if self.spec is None:
+            elem = torch.empty((), dtype=shape.dtype).element_size()
+            return (2 * shape.num_tokens * shape.kv_heads * shape.head_dim * elem,)
+        return self.spec.stream_bytes(shape.num_tokens, shape.kv_heads, shape.head_dim, shape.dtype)
+
+    def layer_bounds(self, shape: KVShape) -> list[list[int]]:
+        """Per stream, cumulative byte offsets ``[0, end of layer 0, ..., total]``."""
+        per_layer = self.layer_stream_bytes(shape)
+        return [list(accumulate([0] + [size] * shape.num_layers)) for size in per_layer]
+
+    def stream_sizes(self, shape: KVShape) -> tuple[int, ...]:
+        return tuple(size * shape.num_layers for size in self.layer_stream_bytes(shape))
+
+    def encode(
+        self,
+        k_pools: Sequence[torch.Tensor],
+        v_pools: Sequence[torch.Tensor],
+        token_indices: torch.Tensor,
+    ) -> list[torch.Tensor]:
+        """Read a request's KV from per-layer pools and return its streams.
+
+        Args:
+            k_pools, v_pools: per layer ``[pool_size, kv_heads, head_dim]``.
+            token_indices: int64 ``[num_tokens]`` slots of the request.
+
+        Returns:
+            One 1-D uint8 tensor per stream, layers concatenated in order.
+        """
+        per_stream: list[list[torch.Tensor]] = [[] for _ in range(self.num_streams)]
+        for k_pool, v_pool in zip(k_pools, v_pools, strict=True):
+            if self.spec is None:
+                layer = [_raw(k_pool[token_indices]), _raw(v_pool[token_indices])]
+                per_stream[0].append(torch.cat(layer))
+                continue
+            encoded = gather_encode(k_pool, v_pool, token_indices, self.spec)
+            for stream, data in zip(per_stream, encoded.streams, strict=True):
+                stream.append(data)
+        return [torch.cat(parts).cpu() for parts in per_stream]
+
+    def write(
+        self,
+        streams: Sequence[torch.Tensor],
+        shape: KVShape,
+        k_pools: Sequence[torch.Tensor],
+        v_pools: Sequence[torch.Tensor],
+        token_indices: torch.Tensor,
+    ) -> None:
+        """Dequantize the received streams (a prefix: anchor first) into pool slots.
+
+        Args:
+            streams: the first ``n`` streams, each 1-D uint8 of the full size.
+            shape: the request's KV shape, as announced by the sender.
+            k_pools, v_pools: per layer ``[pool_size, kv_heads, head_dim]``.
+            token_indices: int64 ``[num_tokens]`` destination slots.
+        """
+        bounds = self.layer_bounds(shape)
+        for layer, (k_pool, v_pool) in enumerate(zip(k_pools, v_pools, strict=True)):
+            parts = [s[b[layer] : b[layer + 1]] for s, b in zip(streams, bounds)]
+            if self.spec is None:
+                k_bytes, v_bytes = parts[0].chunk(2)
+                k_pool[token_indices] = _typed(k_bytes, shape, k_pool)
+                v_pool[token_indices] = _typed(v_bytes, shape, v_pool)
+                continue
+            encoded = EncodedKV.from_streams(
+                [p.to(k_pool.device) for p in parts],
+                self.spec,
+                shape.num_tokens,
+                shape.kv_heads,
+                shape.head_dim,
+                shape.dtype,
+            )
+            scatter_decode(encoded, k_pool, v_pool, token_indices, stages=len(parts))
+
+
+def _raw(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.contiguous().view(torch.uint8).reshape(-1)
+
+
+def _typed(data: torch.Tensor, shape: KVShape, pool: torch.Tensor) -> torch.Tensor:
+    values = data.to(pool.device).view(shape.dtype)
+    return values.reshape(shape.num_tokens, shape.kv_heads, shape.head_dim).to(pool.dtype)

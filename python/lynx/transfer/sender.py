@@ -1,0 +1,307 @@
+"""The prioritized sender: one worker thread that models one outgoing link.
+
+Streams are cut into chunks, signed (``frames.encode_frame``) at submission,
+and queued in one FIFO per priority class. The worker asks
+``policy.next_index`` which class head goes next (strict priority across every
+request and peer), waits for the pacer, and hands the chunk to the transport.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from lynx.transfer.buffers import byte_view
+from lynx.transfer.frames import FrameHeader, encode_frame, priority_of
+from lynx.transfer.pacer import TokenBucket, Unpaced
+from lynx.transfer.policy import Pending, check_layer_bounds, chunk_spans, layers_of_span, next_index
+from lynx.transfer.transport import Transport, TransportError
+
+logger = logging.getLogger(__name__)
+
+MAX_LAYERS = (1 << 16) - 1
+MAX_CHUNK_BYTES = (1 << 32) - 1
+
+
+@dataclass(frozen=True)
+class SenderStats:
+    """A snapshot of the sender's counters.
+
+    Attributes:
+        sent_bytes_by_class: payload bytes handed to the transport, per priority class.
+        chunks_sent: chunks handed to the transport.
+        chunks_dropped: chunks dropped by ``cancel``, peer failures or ``close``.
+        queued_bytes: payload bytes queued and not yet sent, all endpoints.
+    """
+
+    sent_bytes_by_class: Mapping[int, int]
+    chunks_sent: int
+    chunks_dropped: int
+    queued_bytes: int
+
+
+class _Submission:
+    """One submitted stream; its chunks share it. Mutated only under the sender's lock."""
+
+    def __init__(self, endpoint: str, room: int, stream: int, num_chunks: int) -> None:
+        self.endpoint, self.room, self.stream = endpoint, room, stream
+        self.remaining = num_chunks
+        self.dropped = False
+
+
+@dataclass(frozen=True, eq=False)
+class _Chunk:
+    pending: Pending
+    submission: _Submission
+    parts: list
+    nbytes: int
+
+
+class PrioritySender:
+    """Sends submitted streams chunk by chunk, lowest priority class first, FIFO within a class.
+
+    Args:
+        transport: where chunks go; the caller keeps ownership (and closes it).
+        key: shared secret for the frame MACs (``b""``: unkeyed checksum).
+        chunk_bytes: payload bytes per chunk (the last chunk of a stream may be
+            shorter). Bounds how long a residual chunk can delay an anchor.
+        pacer: ``Unpaced`` (default) or a ``TokenBucket`` emulating the link.
+        max_inflight_bytes: per endpoint, the payload bytes queued and not yet
+            sent may not exceed this; ``submit`` blocks for room.
+        on_error: called ``(room, message)`` from the worker thread when a
+            send to an endpoint fails: every chunk queued for that endpoint is
+            dropped and each room that had some is reported once. Later
+            submissions for the endpoint are tried afresh.
+        on_sent: called ``(room, stream)`` from the worker thread when the last
+            chunk of a submitted stream has been handed to the transport.
+        submit_timeout_s: how long ``submit`` waits for room before raising
+            TransportError.
+        clock: seconds, monotonic; passed to the pacer.
+
+    One link: while a send blocks (a stalled peer, up to the transport's
+    timeout) nothing else goes. Submitted buffers are sent zero-copy: they must not be modified until
+    ``on_sent`` fires for their stream (frames are signed at submission, so a
+    modified buffer fails authentication at the receiver).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        key: bytes,
+        chunk_bytes: int = 1 << 20,
+        pacer: Unpaced | TokenBucket | None = None,
+        max_inflight_bytes: int = 1 << 30,
+        on_error: Callable[[int, str], None] | None = None,
+        *,
+        on_sent: Callable[[int, int], None] | None = None,
+        submit_timeout_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not isinstance(chunk_bytes, int) or not 1 <= chunk_bytes <= MAX_CHUNK_BYTES:
+            raise ValueError(f"chunk_bytes must be an int in 1..{MAX_CHUNK_BYTES}, got {chunk_bytes!r}")
+        if not isinstance(max_inflight_bytes, int) or max_inflight_bytes < 1:
+            raise ValueError(f"max_inflight_bytes must be an int >= 1, got {max_inflight_bytes!r}")
+        if not submit_timeout_s > 0:
+            raise ValueError(f"submit_timeout_s must be > 0, got {submit_timeout_s!r}")
+        self._transport, self._key = transport, bytes(key)
+        self.chunk_bytes, self.max_inflight_bytes = chunk_bytes, max_inflight_bytes
+        self._pacer = pacer if pacer is not None else Unpaced()
+        self._on_error, self._on_sent = on_error, on_sent
+        self._submit_timeout_s, self._clock = float(submit_timeout_s), clock
+        self._cond = threading.Condition()
+        self._queues: dict[int, deque[_Chunk]] = {}
+        self._queued_bytes: dict[str, int] = {}
+        self._sent_bytes: dict[int, int] = {}
+        self._seq = self._chunks_sent = self._chunks_dropped = 0
+        self._current: _Chunk | None = None
+        self._closed = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> PrioritySender:
+        """Start the worker thread (idempotent). Chunks submitted before it wait in the queues."""
+        with self._cond:
+            if self._closed:
+                raise TransportError("sender is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="lynx-priority-sender", daemon=True)
+                self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the worker, dropping every queued chunk (no ``on_error``); idempotent."""
+        with self._cond:
+            self._closed = True
+            self._drop(lambda chunk: True)
+            self._queued_bytes.clear()
+            self._current = None
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> PrioritySender:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def submit(self, endpoint: str, room: int, stream: int, data, layer_bounds: Sequence[int] | None = None) -> None:
+        """Queue one stream of one request for ``endpoint``.
+
+        Args:
+            data: the stream's bytes: bytes-like, or a C-contiguous-able CPU
+                uint8 numpy array / torch tensor (any shape; flattened).
+            layer_bounds: cumulative byte bounds of the model layers within
+                the stream, ``[0, b1, ..., len(data)]``; each frame then
+                carries the layer range it overlaps (``(0, 0)`` without).
+
+        Raises:
+            ValueError: bad arguments, or the stream alone exceeds ``max_inflight_bytes``.
+            TransportError: no room within ``submit_timeout_s``, or the sender is closed.
+        """
+        priority = priority_of(stream)
+        view = byte_view(data)
+        total = len(view)
+        if total > self.max_inflight_bytes:
+            raise ValueError(f"a {total}-byte stream exceeds max_inflight_bytes={self.max_inflight_bytes}")
+        if layer_bounds is not None:
+            check_layer_bounds(layer_bounds, total)
+            if len(layer_bounds) - 1 > MAX_LAYERS:
+                raise ValueError(f"at most {MAX_LAYERS} layers fit in a frame header")
+        spans = chunk_spans(total, self.chunk_bytes)
+        submission = _Submission(endpoint, room, stream, len(spans))
+        frames = []
+        for index, (offset, length) in enumerate(spans):
+            layers = layers_of_span(offset, length, layer_bounds) if layer_bounds is not None else (0, 0)
+            header = FrameHeader(room, stream, index, len(spans), offset, length, *layers)
+            frames.append((encode_frame(header, view[offset : offset + length], self._key), length))
+        deadline = time.monotonic() + self._submit_timeout_s
+        with self._cond:
+            while not self._closed and self._queued_bytes.get(endpoint, 0) + total > self.max_inflight_bytes:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TransportError(
+                        f"no room to queue {total} bytes for {endpoint} within {self._submit_timeout_s:g} s: "
+                        f"{self._queued_bytes.get(endpoint, 0)} bytes still queued (max_inflight_bytes="
+                        f"{self.max_inflight_bytes}); the peer or link is too slow"
+                    )
+                self._cond.wait(remaining)
+            if self._closed:
+                raise TransportError(f"sender is closed; cannot send room {room} to {endpoint}")
+            queue = self._queues.setdefault(priority, deque())
+            for parts, length in frames:
+                queue.append(_Chunk(Pending(priority, self._seq), submission, parts, length))
+                self._seq += 1
+            self._queued_bytes[endpoint] = self._queued_bytes.get(endpoint, 0) + total
+            self._cond.notify_all()
+
+    def cancel(self, room: int) -> int:
+        """Drop every queued chunk of ``room`` (all streams, all endpoints); return how many."""
+        with self._cond:
+            dropped = self._drop(lambda chunk: chunk.submission.room == room)
+            if self._current is not None and self._current.submission.room == room:
+                self._current.submission.dropped = True
+            return len(dropped)
+
+    def stats(self) -> SenderStats:
+        """Counters since construction."""
+        with self._cond:
+            return SenderStats(
+                sent_bytes_by_class=MappingProxyType(dict(self._sent_bytes)),
+                chunks_sent=self._chunks_sent,
+                chunks_dropped=self._chunks_dropped,
+                queued_bytes=sum(self._queued_bytes.values()),
+            )
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Block until every queued chunk is sent or dropped; False after ``timeout_s`` seconds."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queued_bytes and self._current is None, timeout_s)
+
+    def _drop(self, doomed: Callable[[_Chunk], bool]) -> list[_Chunk]:
+        """Remove queued chunks matching ``doomed``; caller holds the lock."""
+        dropped: list[_Chunk] = []
+        for priority, queue in self._queues.items():
+            kept = deque(chunk for chunk in queue if not doomed(chunk))
+            dropped.extend(chunk for chunk in queue if doomed(chunk))
+            self._queues[priority] = kept
+        for chunk in dropped:
+            chunk.submission.dropped = True
+            self._release(chunk.submission.endpoint, chunk.nbytes)
+        self._chunks_dropped += len(dropped)
+        self._cond.notify_all()
+        return dropped
+
+    def _release(self, endpoint: str, nbytes: int) -> None:
+        left = self._queued_bytes.get(endpoint, 0) - nbytes
+        if left > 0:
+            self._queued_bytes[endpoint] = left
+        else:
+            self._queued_bytes.pop(endpoint, None)
+
+    def _next_chunk(self) -> _Chunk | None:
+        """Wait for work and pop the chunk the policy picks; None once closed."""
+        with self._cond:
+            while not self._closed and not any(self._queues.values()):
+                self._cond.wait()
+            if self._closed:
+                return None
+            classes = [priority for priority, queue in self._queues.items() if queue]
+            chosen = next_index([self._queues[priority][0].pending for priority in classes])
+            self._current = self._queues[classes[chosen]].popleft()
+            return self._current
+
+    def _run(self) -> None:
+        while (chunk := self._next_chunk()) is not None:
+            wait = self._pacer.reserve(chunk.nbytes, self._clock())
+            if wait > 0 and self._stop.wait(wait):
+                return
+            failure = None
+            if not chunk.submission.dropped:
+                try:
+                    self._transport.send(chunk.submission.endpoint, chunk.parts)
+                except Exception as exc:
+                    failure = str(exc) if isinstance(exc, TransportError) else f"{type(exc).__name__}: {exc}"
+            self._finish(chunk, failure)
+
+    def _finish(self, chunk: _Chunk, failure: str | None) -> None:
+        submission = chunk.submission
+        with self._cond:
+            self._current = None
+            self._release(submission.endpoint, chunk.nbytes)
+            failed_rooms: list[int] = []
+            done = False
+            if failure is not None:
+                submission.dropped = True
+                self._chunks_dropped += 1
+                dropped = self._drop(lambda other: other.submission.endpoint == submission.endpoint)
+                failed_rooms = list(dict.fromkeys([submission.room, *(other.submission.room for other in dropped)]))
+            elif submission.dropped:
+                self._chunks_dropped += 1
+            else:
+                self._chunks_sent += 1
+                priority = chunk.pending.priority
+                self._sent_bytes[priority] = self._sent_bytes.get(priority, 0) + chunk.nbytes
+                submission.remaining -= 1
+                done = submission.remaining == 0
+            self._cond.notify_all()
+        for room in failed_rooms:
+            _call(self._on_error, room, failure)
+        if done:
+            _call(self._on_sent, submission.room, submission.stream)
+
+
+def _call(callback: Callable | None, *args: object) -> None:
+    """Run a user callback; its exceptions are logged, never kill the worker."""
+    if callback is None:
+        return
+    try:
+        callback(*args)
+    except Exception:
+        logger.exception("PrioritySender callback %r failed", callback)
+

@@ -1,0 +1,147 @@
+"""ZeroMQ/TCP transport: one PUSH socket per peer endpoint, one PULL socket per listener.
+
+Each object owns its own ``zmq.Context`` (never the process-wide instance), so
+closing one never disturbs another.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import zmq
+
+from lynx.transfer.transport import Listener, Transport, TransportError
+
+
+class ZmqTransport(Transport):
+    """Sends over ZeroMQ PUSH sockets, created lazily per endpoint.
+
+    Sockets use LINGER 0 (close drops what is queued), SNDHWM
+    ``high_water_mark`` messages (little is queued ahead of the sender's
+    priority scheduler), SNDTIMEO ``send_timeout_s`` and IMMEDIATE (messages
+    queue only on completed connections, so a dead peer makes ``send`` time
+    out instead of filling a queue). One lock per socket: ``send`` is
+    thread-safe. Sends are zero-copy: ZeroMQ holds a reference to each part
+    until it is on the wire.
+    """
+
+    def __init__(self, send_timeout_s: float = 30.0, high_water_mark: int = 4) -> None:
+        if not send_timeout_s > 0:
+            raise ValueError(f"send_timeout_s must be > 0, got {send_timeout_s!r}")
+        if not isinstance(high_water_mark, int) or high_water_mark < 1:
+            raise ValueError(f"high_water_mark must be an int >= 1, got {high_water_mark!r}")
+        self.send_timeout_s = float(send_timeout_s)
+        self.high_water_mark = high_water_mark
+        self._context = zmq.Context()
+        self._sockets: dict[str, tuple[zmq.Socket, threading.Lock]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def send(self, endpoint: str, parts: list) -> None:
+        """Hand ``parts`` to the socket for ``endpoint``; raise TransportError after ``send_timeout_s``."""
+        socket, lock = self._socket(endpoint)
+        with lock:
+            if socket.closed:
+                raise TransportError(f"transport closed while sending to {endpoint}")
+            try:
+                socket.send_multipart(parts, copy=False)
+            except zmq.Again as exc:
+                raise TransportError(
+                    f"send to {endpoint} timed out after {self.send_timeout_s:g} s: "
+                    "peer dead, unreachable or not reading"
+                ) from exc
+            except zmq.ZMQError as exc:
+                raise TransportError(f"send to {endpoint} failed: {exc}") from exc
+
+    def close(self) -> None:
+        """Close every socket (dropping unsent messages) and the context; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            sockets = list(self._sockets.values())
+            self._sockets.clear()
+        for socket, lock in sockets:
+            with lock:
+                socket.close(linger=0)
+        self._context.term()
+
+    def _socket(self, endpoint: str) -> tuple[zmq.Socket, threading.Lock]:
+        with self._lock:
+            if self._closed:
+                raise TransportError(f"transport is closed; cannot send to {endpoint}")
+            entry = self._sockets.get(endpoint)
+            if entry is None:
+                socket = self._context.socket(zmq.PUSH)
+                socket.setsockopt(zmq.LINGER, 0)
+                socket.setsockopt(zmq.SNDHWM, self.high_water_mark)
+                socket.setsockopt(zmq.SNDTIMEO, max(1, round(self.send_timeout_s * 1000)))
+                socket.setsockopt(zmq.IMMEDIATE, 1)
+                try:
+                    socket.connect(endpoint)
+                except zmq.ZMQError as exc:
+                    socket.close(linger=0)
+                    raise TransportError(f"cannot connect to {endpoint}: {exc}") from exc
+                entry = self._sockets[endpoint] = (socket, threading.Lock())
+            return entry
+
+
+class ZmqListener(Listener):
+    """A PULL socket bound to ``tcp://host:port`` (port 0 picks a free port).
+
+    ``max_message_bytes`` bounds every message part (ZMQ_MAXMSGSIZE): ZeroMQ
+    itself refuses a larger part and disconnects the peer, so memory stays
+    bounded at about ``high_water_mark * max_message_bytes`` per peer.
+    ``recv`` and ``close`` are serialized by a lock; use ``recv`` from one
+    thread.
+    """
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, max_message_bytes: int, high_water_mark: int = 64
+    ) -> None:
+        if not isinstance(max_message_bytes, int) or max_message_bytes < 1:
+            raise ValueError(f"max_message_bytes must be an int >= 1, got {max_message_bytes!r}")
+        if not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int in 0..65535, got {port!r}")
+        if not isinstance(high_water_mark, int) or high_water_mark < 1:
+            raise ValueError(f"high_water_mark must be an int >= 1, got {high_water_mark!r}")
+        self.max_message_bytes = max_message_bytes
+        self._context = zmq.Context()
+        self._socket = self._context.socket(zmq.PULL)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+        self._socket.setsockopt(zmq.RCVHWM, high_water_mark)
+        try:
+            self._socket.bind(f"tcp://{host}:{port or '*'}")
+        except zmq.ZMQError as exc:
+            self._socket.close(linger=0)
+            self._context.term()
+            raise TransportError(f"cannot listen on tcp://{host}:{port}: {exc}") from exc
+        self._endpoint = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._poller = zmq.Poller()
+        self._poller.register(self._socket, zmq.POLLIN)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def endpoint(self) -> str:
+        """``tcp://host:port`` with the port actually bound."""
+        return self._endpoint
+
+    def recv(self, timeout_s: float) -> list[bytes] | None:
+        """The next message's parts, or None after ``timeout_s`` seconds without one."""
+        with self._lock:
+            if self._closed:
+                raise TransportError(f"listener {self._endpoint} is closed")
+            if not self._poller.poll(max(0, round(timeout_s * 1000))):
+                return None
+            return self._socket.recv_multipart(zmq.NOBLOCK)
+
+    def close(self) -> None:
+        """Unbind and release the socket; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._socket.close(linger=0)
+            self._context.term()

@@ -1,0 +1,233 @@
+"""Check the Lynx Triton pool kernels on a CUDA GPU: exactness first, then bandwidth.
+
+Exactness: for every codec preset, the fused encode must give the reference
+``encode_from_pool`` streams byte for byte, and decode (every stage count)
+and the residual upgrade must leave pools bit-identical to the reference, on
+realistic shapes (bf16, random permuted slots in a larger pool), on edge
+values, and against the CPU reference on a slice.
+
+Bandwidth: medians of CUDA-event timings. Encode is reported as GB/s of bf16
+K+V read, decode as GB/s of bf16 K+V written, each beside a plain device copy
+(``Tensor.copy_``) and an index gather/scatter of the same bytes measured in
+the same run. "kernel" rows time the launches alone; "api" rows include the
+checked entry points' validation and host synchronisation.
+
+Needs only torch, triton and this repository:
+
+    PYTHONPATH=python:kernels python scripts/gpu_check_kernels.py --json gpu_check.json
+
+Exit status: 0 all checks passed, 1 a kernel disagreed with the reference,
+2 nothing was checked (no CUDA GPU, or triton missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+from collections.abc import Callable
+
+import torch
+
+EXIT_MISMATCH = 1
+EXIT_NO_GPU = 2
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="Exit status: 0 ok, 1 mismatch, 2 no GPU (nothing checked)."
+    )
+    parser.add_argument("--tokens", type=int, default=32768, help="tokens per request (default 32768)")
+    parser.add_argument("--heads", type=int, default=8, help="kv heads (default 8)")
+    parser.add_argument("--head-dim", type=int, default=128, help="head dim (default 128)")
+    parser.add_argument("--pool-factor", type=int, default=2, help="pool slots per request token (default 2)")
+    parser.add_argument("--repeats", type=int, default=20, help="timed repeats per measurement (default 20)")
+    parser.add_argument("--cpu-slice", type=int, default=2048, help="tokens compared against the CPU reference")
+    parser.add_argument("--json", metavar="PATH", help="write results as JSON here")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    if not torch.cuda.is_available():
+        print("gpu_check_kernels: no CUDA GPU visible; nothing checked (exit 2).", file=sys.stderr)
+        return EXIT_NO_GPU
+    try:
+        import triton
+        import lynx_kernels  # noqa: F401
+        from lynx.codec import CodecSpec
+    except ImportError as error:
+        message = f"cannot import the kernels ({error}); run with PYTHONPATH=python:kernels and triton installed"
+        print(f"gpu_check_kernels: {message} (exit 2).", file=sys.stderr)
+        return EXIT_NO_GPU
+    specs = {name: CodecSpec.preset(name) for name in CodecSpec.preset_names()}
+    mismatches = check_exactness(args, specs, "cuda")
+    rows = measure_bandwidth(args, specs, "cuda")
+    print_table(rows)
+    for failure in mismatches:
+        print(f"MISMATCH {failure}")
+    verdict = f"{len(mismatches)} mismatches" if mismatches else "all kernels bit-identical to the reference"
+    print(f"exactness: {verdict}")
+    if args.json:
+        result = {
+            "device": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "python": platform.python_version(),
+            "shape": {"tokens": args.tokens, "kv_heads": args.heads, "head_dim": args.head_dim},
+            "repeats": args.repeats,
+            "mismatches": mismatches,
+            "bandwidth": rows,
+        }
+        with open(args.json, "w") as handle:
+            json.dump(result, handle, indent=2)
+        print(f"wrote {args.json}")
+    return EXIT_MISMATCH if mismatches else 0
+
+
+def make_request(tokens: int, heads: int, head_dim: int, pool_factor: int, device: str, seed: int = 0):
+    """bf16 pools ``[tokens * pool_factor, heads, head_dim]`` with per-channel key spreads, and permuted slots."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    pool_size = tokens * pool_factor
+    shape = (pool_size, heads, head_dim)
+    spread = torch.rand(heads, head_dim, device=device, generator=generator) * 8 + 0.05
+    k_pool = (torch.randn(shape, device=device, generator=generator) * spread).to(torch.bfloat16)
+    v_pool = torch.randn(shape, device=device, generator=generator).to(torch.bfloat16)
+    slots = torch.randperm(pool_size, device=device, generator=generator)[:tokens]
+    return k_pool, v_pool, slots
+
+
+def edge_request(device: str):
+    """Constant groups, zeros, tiny/subnormal and large values; no group mixes +0.0 and -0.0."""
+    k_pool, v_pool, slots = make_request(256, 4, 128, 2, device, seed=7)
+    k_pool[slots[:64]] = 0.0
+    k_pool[slots[64:128]] = -3.0
+    v_pool[slots[:64]] = (v_pool[slots[:64]].float().abs() * 1e-38).to(torch.bfloat16)
+    v_pool[slots[64:128], 0] = torch.linspace(-3e4, 3e4, 128, device=device).to(torch.bfloat16)
+    return k_pool, v_pool, slots
+
+
+def compare(label: str, spec, k_pool, v_pool, slots, reference_slots=None) -> list[str]:
+    """Kernel vs reference on one request: streams, every prefix decode, upgrade. Returns failures."""
+    import lynx_kernels
+    from lynx.codec import EncodedKV
+    from lynx.codec import pool as reference
+
+    failures = []
+    ours = lynx_kernels.encode_from_pool(k_pool, v_pool, slots, spec)
+    theirs = reference.encode_from_pool(k_pool, v_pool, slots, spec)
+    for index, (a, b) in enumerate(zip(ours.streams, theirs.streams)):
+        if not torch.equal(a, b):
+            failures.append(f"{label}: stream {index} differs in {int((a != b).sum())} bytes")
+    targets = torch.randperm(k_pool.shape[0], device=k_pool.device)[: slots.numel()]
+    for stages in range(1, spec.num_stages + 1):
+        k_ours, v_ours = torch.zeros_like(k_pool), torch.zeros_like(v_pool)
+        k_ref, v_ref = torch.zeros_like(k_pool), torch.zeros_like(v_pool)
+        lynx_kernels.decode_into_pool(theirs, k_ours, v_ours, targets, stages)
+        reference.decode_into_pool(theirs, k_ref, v_ref, targets, stages)
+        if not (_same_bits(k_ours, k_ref) and _same_bits(v_ours, v_ref)):
+            failures.append(f"{label}: decode of {stages} stage(s) differs")
+    if spec.num_stages > 1:
+        shape = (theirs.num_tokens, theirs.kv_heads, theirs.head_dim)
+        anchor = EncodedKV.from_streams(theirs.streams[:1], spec, *shape, theirs.dtype)
+        k_ours, v_ours = torch.zeros_like(k_pool), torch.zeros_like(v_pool)
+        k_ref, v_ref = torch.zeros_like(k_pool), torch.zeros_like(v_pool)
+        lynx_kernels.decode_into_pool(anchor, k_ours, v_ours, targets)
+        lynx_kernels.upgrade_in_pool(theirs, k_ours, v_ours, targets)
+        reference.decode_into_pool(theirs, k_ref, v_ref, targets)
+        if not (_same_bits(k_ours, k_ref) and _same_bits(v_ours, v_ref)):
+            failures.append(f"{label}: upgrade differs from a full decode")
+    if reference_slots is not None:
+        cpu = reference.encode_from_pool(k_pool.cpu(), v_pool.cpu(), reference_slots.cpu(), spec)
+        gpu = lynx_kernels.encode_from_pool(k_pool, v_pool, reference_slots, spec)
+        if not all(torch.equal(a.cpu(), b) for a, b in zip(gpu.streams, cpu.streams)):
+            failures.append(f"{label}: streams differ from the CPU reference")
+    return failures
+
+
+def check_exactness(args: argparse.Namespace, specs: dict, device: str) -> list[str]:
+    failures = []
+    k_pool, v_pool, slots = make_request(args.tokens, args.heads, args.head_dim, args.pool_factor, device)
+    edge = edge_request(device)
+    for step, (name, spec) in enumerate(specs.items(), 1):
+        print(f"[{step}/{len(specs)}] exactness {name}", file=sys.stderr, flush=True)
+        failures += compare(f"{name} realistic", spec, k_pool, v_pool, slots, slots[: args.cpu_slice])
+        failures += compare(f"{name} edge", spec, *edge, reference_slots=edge[2])
+    return failures
+
+
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``fn`` on the GPU, in milliseconds, after two warm-up calls."""
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def measure_bandwidth(args: argparse.Namespace, specs: dict, device: str) -> list[dict]:
+    import lynx_kernels
+    from lynx_kernels.decode import launch_decode
+    from lynx_kernels.encode import launch_encode
+
+    k_pool, v_pool, slots = make_request(args.tokens, args.heads, args.head_dim, args.pool_factor, device)
+    nbytes = 2 * slots.numel() * args.heads * args.head_dim * k_pool.element_size()
+    gathered = torch.empty((2, slots.numel(), *k_pool.shape[1:]), dtype=k_pool.dtype, device=device)
+    copy_target = torch.empty_like(gathered)
+    targets = torch.randperm(k_pool.shape[0], device=device)[: slots.numel()]
+
+    def gather():
+        torch.index_select(k_pool, 0, slots, out=gathered[0])
+        torch.index_select(v_pool, 0, slots, out=gathered[1])
+
+    def scatter():
+        k_pool.index_copy_(0, targets, gathered[0])
+        v_pool.index_copy_(0, targets, gathered[1])
+
+    copy_ms = median_ms(lambda: copy_target.copy_(gathered), args.repeats)
+    gather_ms, scatter_ms = median_ms(gather, args.repeats), median_ms(scatter, args.repeats)
+    rows = []
+    for step, (name, spec) in enumerate(specs.items(), 1):
+        print(f"[{step}/{len(specs)}] bandwidth {name}", file=sys.stderr, flush=True)
+        encoded = lynx_kernels.encode_from_pool(k_pool, v_pool, slots, spec)
+        timed = [
+            ("encode", "kernel", gather_ms, lambda: launch_encode(k_pool, v_pool, slots, spec)),
+            ("encode", "api", gather_ms, lambda: lynx_kernels.encode_from_pool(k_pool, v_pool, slots, spec)),
+            ("decode anchor", "kernel", scatter_ms, lambda: launch_decode(encoded, k_pool, v_pool, targets, 1)),
+            ("decode all", "kernel", scatter_ms, lambda: launch_decode(encoded, k_pool, v_pool, targets, stages)),
+            ("decode all", "api", scatter_ms, lambda: lynx_kernels.decode_into_pool(encoded, k_pool, v_pool, targets)),
+        ]
+        stages = spec.num_stages
+        for op, path, baseline_ms, fn in timed:
+            ms = median_ms(fn, args.repeats)
+            row = {"preset": name, "op": op, "path": path, "ms": ms, "GB/s": nbytes / ms / 1e6}
+            row.update({"copy GB/s": nbytes / copy_ms / 1e6, "vs copy": copy_ms / ms})
+            row.update({"gather/scatter GB/s": nbytes / baseline_ms / 1e6, "vs gather/scatter": baseline_ms / ms})
+            rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    columns = list(rows[0]) if rows else []
+    cells = [[f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
+    for line in cells:
+        print("  ".join(cell.rjust(w) for cell, w in zip(line, widths)))
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
