@@ -6,10 +6,19 @@ from lynx_patches.selfcheck import Hook, LynxHookError, verify
 
 
 def all_hooks() -> tuple[Hook, ...]:
-    from lynx_patches import cli, loopback, observe, startup
+    from lynx_patches import cli, loopback, metrics, observe, startup
     from lynx_patches.pd import registry
+    from lynx_patches.speculate import hooks as speculate
 
-    return cli.HOOKS + startup.HOOKS + observe.HOOKS + loopback.HOOKS + registry.HOOKS
+    return (
+        cli.HOOKS
+        + startup.HOOKS
+        + observe.HOOKS
+        + loopback.HOOKS
+        + metrics.HOOKS
+        + registry.HOOKS
+        + speculate.HOOKS
+    )
 
 
 def verify_hooks() -> None:

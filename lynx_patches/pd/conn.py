@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.common.conn import (
     CommonKVBootstrapServer,
@@ -17,8 +19,14 @@ class LynxKVSender(CommonKVSender):
 class LynxKVReceiver(CommonKVReceiver):
     """Decode side per request: registers the reservation and enforces the transfer timeout."""
 
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
+        self.created_at = time.monotonic()
+        super().__init__(mgr, bootstrap_addr, bootstrap_room)
+
     def send_metadata(self, kv_indices, aux_index=None, state_indices=None, decode_prefix_len=None, **kwargs):
-        self.kv_mgr.side.expect(self.bootstrap_room, kv_indices, aux_index)
+        self.kv_mgr.side.expect(
+            self.bootstrap_room, kv_indices, aux_index, since=self.created_at, bootstrap_addr=self.bootstrap_addr
+        )
         super().send_metadata(kv_indices, aux_index, state_indices, decode_prefix_len, **kwargs)
 
     def poll(self) -> KVPoll:
@@ -42,7 +50,7 @@ class LynxKVReceiver(CommonKVReceiver):
         return status
 
     def clear(self) -> None:
-        self.kv_mgr.side.forget(self.bootstrap_room)
+        self.kv_mgr.side.release(self.bootstrap_room)
         super().clear()
 
 

@@ -7,8 +7,13 @@ range or duplicated fails that request with the reason and writes nothing.
 Only requests this rank reserved slots for are accepted, so a peer cannot make
 it allocate memory or write outside the request's slots.
 
-When every stream has landed, the KV is written into the request's slots
-(the request is not in any forward pass yet) and the room becomes Success.
+When the anchor (stream 0 and the request metadata) has landed, its
+dequantized values are written into the request's slots (the request is not
+in any forward pass yet) and the room becomes Success: SGLang starts
+decoding. In one-stream modes that is the whole KV. In ``lynx`` mode the
+residual keeps streaming in; once it has landed the room is marked
+`landed` and the scheduler thread (`lynx_patches.speculate`) upgrades the
+slots between forward passes, never this thread.
 """
 
 from __future__ import annotations
@@ -37,14 +42,26 @@ FRAME_OVERHEAD = 4096
 
 @dataclass
 class Expected:
-    """A request whose KV slots this rank reserved (from `send_metadata`)."""
+    """A request whose KV slots this rank reserved (from `send_metadata`).
+
+    `residual` is ``"pending"`` until every stream has landed (then
+    ``"landed"``), ``"none"`` in one-stream modes, or ``"failed"`` with
+    `failure` set. `handed_over` means SGLang committed the transfer and the
+    scheduler-side controller now owns the entry.
+    """
 
     pages: np.ndarray
     aux_index: int
+    since: float
+    bootstrap_addr: str = ""
     reserved_at: float = field(default_factory=time.monotonic)
     manifest: Manifest | None = None
     assembly: RequestAssembly | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    anchor_written: bool = False
+    residual: str = "pending"
+    failure: str | None = None
+    handed_over: bool = False
 
 
 class DecodeSide:
@@ -52,6 +69,7 @@ class DecodeSide:
         self.mgr = mgr
         self.rooms: dict[int, Expected] = {}
         self._lock = threading.Lock()
+        self.residual_event = threading.Event()
         self.listener = ZmqListener(
             host=mgr.local_ip, max_message_bytes=mgr.config.chunk_bytes + FRAME_OVERHEAD
         )
@@ -74,13 +92,50 @@ class DecodeSide:
 
     # --- request lifecycle (scheduler thread) ---------------------------------------------
 
-    def expect(self, room: int, pages, aux_index: int) -> None:
+    def expect(self, room: int, pages, aux_index: int, since: float, bootstrap_addr: str) -> None:
+        """Accept KV for `room` into `pages`; `since` is when the request arrived (monotonic)."""
         with self._lock:
-            self.rooms[room] = Expected(np.asarray(pages, dtype=np.int64), aux_index)
+            self.rooms[room] = Expected(np.asarray(pages, dtype=np.int64), aux_index, since, bootstrap_addr)
+
+    def hand_over(self, room: int) -> Expected | None:
+        """SGLang committed the room's transfer: keep its entry past the receiver's end."""
+        entry = self.rooms.get(room)
+        if entry is not None:
+            entry.handed_over = True
+        return entry
+
+    def release(self, room: int) -> None:
+        """The receiver is done with `room`; drop it unless the controller owns it."""
+        with self._lock:
+            entry = self.rooms.get(room)
+            if entry is not None and not entry.handed_over:
+                del self.rooms[room]
 
     def forget(self, room: int) -> None:
         with self._lock:
             self.rooms.pop(room, None)
+
+    def fail_rooms_of(self, bootstrap_addr: str, reason: str) -> None:
+        """The prefill at `bootstrap_addr` is gone: fail the residuals still expected from it."""
+        with self._lock:
+            entries = [(r, e) for r, e in self.rooms.items() if e.bootstrap_addr == bootstrap_addr]
+        for room, entry in entries:
+            if entry.residual == "pending":
+                self._fail(room, reason)
+
+    def take_residual(self, room: int) -> tuple[Manifest, list[torch.Tensor]] | None:
+        """The full streams of a landed residual (once), for the scheduler thread to apply."""
+        with self._lock:
+            entry = self.rooms.get(room)
+            if entry is None or entry.residual != "landed" or entry.assembly is None:
+                return None
+            streams = [
+                torch.frombuffer(entry.assembly.buffer(s), dtype=torch.uint8)
+                for s in range(len(entry.manifest.stream_sizes))
+            ]
+            entry.assembly = None
+            entry.residual = "applied"
+            return entry.manifest, streams
 
     def waited(self, room: int) -> float | None:
         """Seconds since the room's slots were reserved, if it is still expected."""
@@ -88,8 +143,10 @@ class DecodeSide:
         return None if entry is None else time.monotonic() - entry.reserved_at
 
     def timings(self, room: int) -> dict[str, float]:
+        """Seconds from the request's arrival to its transfer milestones (so far)."""
         entry = self.rooms.get(room)
-        return {} if entry is None else dict(entry.timings)
+        return {} if entry is None else {k: round(v, 6) for k, v in entry.timings.items()}
+
 
     # --- threads ---------------------------------------------------------------------------
 
@@ -124,6 +181,11 @@ class DecodeSide:
     def _fail(self, room: int, reason: str) -> None:
         logger.error("Lynx decode: room %s failed: %s", room, reason)
         with self._lock:
+            entry = self.rooms.get(room)
+            if entry is not None and entry.handed_over:
+                entry.residual, entry.failure, entry.assembly = "failed", reason, None
+                self.residual_event.set()
+                return
             self.rooms.pop(room, None)
         if room in self.mgr.request_status:
             self.mgr.record_failure(room, reason)
@@ -152,7 +214,7 @@ class DecodeSide:
         sizes[AUX_STREAM] = manifest.aux_size
         entry.manifest = manifest
         entry.assembly = RequestAssembly(manifest.room, sizes)
-        entry.timings["manifest_s"] = time.monotonic() - entry.reserved_at
+        entry.timings["manifest_s"] = time.monotonic() - entry.since
 
     def _on_frame(self, msg: list[bytes]) -> None:
         try:
@@ -173,24 +235,33 @@ class DecodeSide:
         except FrameError as exc:
             self._fail(header.room, f"rejected frame: {exc}")
             return
-        if completed and self._all_landed(entry):
-            self._land(header.room, entry)
+        if not completed:
+            return
+        elapsed = time.monotonic() - entry.since
+        num_streams = len(entry.manifest.stream_sizes)
+        if not entry.anchor_written and self._landed(entry, (AUX_STREAM, 0)):
+            entry.timings["anchor_ready_s"] = elapsed
+            self._land_anchor(header.room, entry)
+        if entry.residual == "pending" and self._landed(entry, range(num_streams)):
+            entry.timings["residual_ready_s"] = elapsed
+            entry.residual = "landed"
+            self.residual_event.set()
 
-    def _all_landed(self, entry: Expected) -> bool:
-        return all(entry.assembly.is_complete(s) for s in [AUX_STREAM, *range(len(entry.manifest.stream_sizes))])
+    @staticmethod
+    def _landed(entry: Expected, streams) -> bool:
+        return all(entry.assembly.is_complete(s) for s in streams)
 
-    def _land(self, room: int, entry: Expected) -> None:
-        """Write the request's KV and metadata into this rank's buffers, then report Success."""
+    def _land_anchor(self, room: int, entry: Expected) -> None:
+        """Write the anchor's values and the metadata into this rank's buffers; report Success."""
         manifest, assembly = entry.manifest, entry.assembly
         k_buffers, v_buffers = layer_buffers(self.mgr.pool)
         slots = page_slots(entry.pages, self.mgr.kv_args.page_size, manifest.num_tokens)
         index = torch.from_numpy(slots).to(k_buffers[0].device)
-        streams = [
-            torch.frombuffer(assembly.buffer(s), dtype=torch.uint8)
-            for s in range(len(manifest.stream_sizes))
-        ]
-        self.mgr.wire.write(streams, manifest.shape, k_buffers, v_buffers, index)
+        anchor = torch.frombuffer(assembly.buffer(0), dtype=torch.uint8)
+        self.mgr.wire.write([anchor], manifest.shape, k_buffers, v_buffers, index)
         write_aux(self.mgr.kv_args, entry.aux_index, assembly.buffer(AUX_STREAM))
-        entry.timings["landed_s"] = time.monotonic() - entry.reserved_at
-        entry.assembly = None
+        entry.anchor_written = True
+        if len(manifest.stream_sizes) == 1:
+            entry.residual, entry.assembly = "none", None
+            entry.timings.setdefault("residual_ready_s", entry.timings["anchor_ready_s"])
         self.mgr.update_status(room, KVPoll.Success)

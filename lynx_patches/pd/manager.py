@@ -146,6 +146,15 @@ class LynxKVManager(CommonKVManager):
             return
         self.side.add_chunk(bootstrap_room, kv_indices, is_last_chunk, aux_index, num_kv_tokens)
 
+    def _handle_node_failure(self, failed_bootstrap_addr: str):
+        super()._handle_node_failure(failed_bootstrap_addr)
+        if self.disaggregation_mode == DisaggregationMode.DECODE:
+            self.side.fail_rooms_of(
+                failed_bootstrap_addr,
+                f"lost connection with prefill instance {failed_bootstrap_addr} before the "
+                "residual KV arrived",
+            )
+
     def teardown(self) -> None:
         self._stopped = True
         self.side.close()

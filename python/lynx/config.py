@@ -14,6 +14,7 @@ MODES = ("bf16", "int8", "int4", "lynx")
 SECRET_ENV = "LYNX_SECRET"
 MIN_CHUNK_BYTES = 4 << 10
 MAX_CHUNK_BYTES = 64 << 20
+MAX_SPECULATIVE_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class LynxConfig:
         loopback: on a non-disaggregated server, round-trip each prompt's KV
             through the mode's wire format after prefill (accuracy of a mode
             without a decode server).
+        max_speculative_tokens: ``lynx`` mode, decode side: tokens a request
+            may generate on the anchor before it waits for its residual.
     """
 
     mode: str = "lynx"
@@ -44,6 +47,7 @@ class LynxConfig:
     secret_file: str | None = None
     insecure: bool = False
     loopback: bool = False
+    max_speculative_tokens: int = 16
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -59,6 +63,11 @@ class LynxConfig:
             raise ValueError(
                 f"--lynx-chunk-bytes must be in [{MIN_CHUNK_BYTES}, {MAX_CHUNK_BYTES}]; "
                 f"got {self.chunk_bytes}"
+            )
+        if not 0 <= self.max_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
+            raise ValueError(
+                f"--lynx-max-speculative-tokens must be in [0, {MAX_SPECULATIVE_TOKENS}]; "
+                f"got {self.max_speculative_tokens}"
             )
         if not (math.isfinite(self.transfer_timeout) and self.transfer_timeout > 0):
             raise ValueError(f"--lynx-transfer-timeout must be > 0 seconds; got {self.transfer_timeout}")
@@ -135,6 +144,13 @@ def options() -> tuple[OptionDoc, ...]:
             "NAME",
             "Codec preset of lynx mode: bit widths of the anchor and residual stages.",
             choices=CodecSpec.preset_names(),
+        ),
+        OptionDoc(
+            "max_speculative_tokens",
+            "N",
+            "lynx mode, decode server: tokens a request may generate on the anchor "
+            "before it waits for its residual (0 = no speculation).",
+            type=int,
         ),
         OptionDoc(
             "link_gbps",

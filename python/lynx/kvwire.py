@@ -23,7 +23,7 @@ from itertools import accumulate
 import torch
 
 from lynx.codec import CodecSpec, EncodedKV
-from lynx.codec.pool import gather_encode, scatter_decode
+from lynx.codec.pool import gather_encode, scatter_decode, scatter_upgrade
 
 SINGLE_STAGE_INT8 = CodecSpec(stage_bits=(8,))
 
@@ -142,6 +142,31 @@ class WireFormat:
                 shape.dtype,
             )
             scatter_decode(encoded, k_pool, v_pool, token_indices, stages=len(parts))
+
+
+    def upgrade(
+        self,
+        streams: Sequence[torch.Tensor],
+        shape: KVShape,
+        k_pools: Sequence[torch.Tensor],
+        v_pools: Sequence[torch.Tensor],
+        token_indices: torch.Tensor,
+    ) -> None:
+        """Rewrite slots that hold anchor-only values with the full reconstruction.
+
+        `streams` are all of the mode's streams. The slots end up bit-identical
+        to `write` with every stream (the values are recomputed from the codes,
+        never incremented in place).
+        """
+        if self.spec is None or len(streams) != self.num_streams:
+            raise ValueError("upgrade needs every stream of a quantized mode")
+        bounds = self.layer_bounds(shape)
+        for layer, (k_pool, v_pool) in enumerate(zip(k_pools, v_pools, strict=True)):
+            parts = [s[b[layer] : b[layer + 1]].to(k_pool.device) for s, b in zip(streams, bounds)]
+            encoded = EncodedKV.from_streams(
+                parts, self.spec, shape.num_tokens, shape.kv_heads, shape.head_dim, shape.dtype
+            )
+            scatter_upgrade(encoded, k_pool, v_pool, token_indices)
 
 
 def _raw(tensor: torch.Tensor) -> torch.Tensor:

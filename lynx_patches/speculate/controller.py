@@ -1,0 +1,214 @@
+"""Anchor phase, verify and rollback for ``lynx``-mode requests on a decode server.
+
+Runs on the scheduler thread, once per loop iteration before the next decode
+batch is formed (`before_schedule`), so the KV it upgrades or rewrites is
+never read by a forward pass in flight. Per iteration it:
+
+1. fails requests whose residual failed or timed out: held-back tokens are
+   dropped, the client gets the reason, every slot is freed;
+2. verifies at most one request whose residual has landed (one verify pass
+   per iteration, so other requests wait at most one pass): upgrade the
+   prompt KV, recompute the held-back tokens, keep the agreeing prefix plus
+   the full-precision correction, free the rest, and return the request to
+   SGLang's queue;
+3. parks requests that reached their speculative cap (or may not speculate)
+   until their residual lands.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from http import HTTPStatus
+
+import torch
+
+from lynx.kvwire import WireFormat
+from lynx.speculation import verify as verify_tokens
+from lynx_patches.pd.pool import layer_buffers
+from lynx_patches.speculate.state import ATTR, SpecState, can_speculate, state_of
+from lynx_patches.speculate.verify import free_tail, verify_logits
+
+logger = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.005
+
+
+class SpecController:
+    """One per decode scheduler in ``lynx`` mode."""
+
+    def __init__(self, scheduler, side) -> None:
+        self.scheduler = scheduler
+        self.side = side
+        self.config = side.mgr.config
+        self.wire: WireFormat = side.mgr.wire
+        self.reqs: dict[str, object] = {}
+        self.parked: list = []
+
+    # --- adoption (transfer committed, scheduler thread) -------------------------------------
+
+    def adopt(self, req, entry) -> SpecState:
+        """Take over a request whose anchor has landed (a missing `entry` fails it next tick)."""
+        cap = self.config.max_speculative_tokens if can_speculate(req.sampling_params, req) else 0
+        state = SpecState(room=req.bootstrap_room, verified=len(req.output_ids), cap=cap)
+        setattr(req, ATTR, state)
+        self.reqs[req.rid] = req
+        return state
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.parked)
+
+    def metrics(self, req) -> dict:
+        state = state_of(req)
+        timings = self.side.timings(req.bootstrap_room)
+        return {"mode": "lynx", **timings, **(state.metrics() if state else {})}
+
+    # --- per iteration -------------------------------------------------------------------------
+
+    def before_schedule(self, running_batch):
+        verified_one = False
+        for req in list(self.reqs.values()):
+            state = state_of(req)
+            if req.finished():
+                self._drop(req)
+                continue
+            if not state.anchor:
+                continue
+            entry = self.side.rooms.get(state.room)
+            if entry is None or entry.residual == "failed":
+                reason = entry.failure if entry is not None else "residual KV state lost"
+                self._fail(req, f"residual KV failed: {reason}", running_batch)
+            elif entry.residual == "pending":
+                waited = time.monotonic() - entry.since
+                if waited > self.config.transfer_timeout:
+                    self._fail(
+                        req,
+                        f"residual KV did not arrive within {self.config.transfer_timeout:g}s "
+                        "(--lynx-transfer-timeout)",
+                        running_batch,
+                    )
+            elif entry.residual == "landed" and not verified_one:
+                self._verify(req, state, running_batch)
+                verified_one = True
+        self._park(running_batch)
+        if running_batch.is_empty() and not self.scheduler.waiting_queue and self.parked:
+            self.side.residual_event.wait(IDLE_WAIT_S)
+            self.side.residual_event.clear()
+        return running_batch
+
+    # --- verify --------------------------------------------------------------------------------
+
+    def _verify(self, req, state: SpecState, running_batch) -> None:
+        started = time.perf_counter()
+        taken = self.side.take_residual(state.room)
+        if taken is None:
+            return
+        manifest, streams = taken
+        k_buffers, v_buffers = layer_buffers(self.side.mgr.pool)
+        pool = self.scheduler.req_to_token_pool
+        prompt = len(req.origin_input_ids)
+        slots = pool.req_to_token[req.kv.req_pool_idx, :prompt].to(torch.int64)
+        self.wire.upgrade(streams, manifest.shape, k_buffers, v_buffers, slots)
+        held_back = state.speculated(len(req.output_ids))
+        state.anchor = False
+        if held_back == 0:
+            self._resume(req, state)
+        else:
+            self._remove_from(running_batch, req)
+            logits = verify_logits(self.scheduler, req, len(req.output_ids) - 1)
+            predicted = torch.argmax(logits, dim=-1).tolist()[state.verified - 1 :]
+            verdict = verify_tokens(req.output_ids[state.verified - 1 :], predicted)
+            kept = list(req.output_ids[: state.verified - 1]) + list(verdict.output_ids)
+            free_tail(self.scheduler, req, prompt + len(kept) - 1)
+            del req.output_ids[len(kept) - 1 :]
+            req.output_ids.append(kept[-1])
+            state.speculative_tokens += verdict.speculative
+            state.accepted_tokens += verdict.accepted
+            state.rollbacks += int(verdict.rolled_back)
+            state.verify_s = time.perf_counter() - started
+            newly = len(req.output_ids) - state.verified
+            state.verified = len(req.output_ids)
+            self._attach_metrics(req)
+            req.update_finish_state(new_accepted_len=newly)
+            if req.finished():
+                self._finish(req)
+            else:
+                self._resume(req, state, requeue=True)
+        state.verify_s = time.perf_counter() - started
+        self._attach_metrics(req)
+
+    def _resume(self, req, state: SpecState, requeue: bool = False) -> None:
+        if state.parked or requeue:
+            state.parked = False
+            if req in self.parked:
+                self.parked.remove(req)
+            self.scheduler.waiting_queue.append(req)
+
+    # --- parking, failing, finishing --------------------------------------------------------
+
+    def _park(self, running_batch) -> None:
+        waiting = self.scheduler.waiting_queue
+        for req in list(waiting):
+            state = state_of(req)
+            if state is not None and state.anchor and state.cap == 0:
+                waiting.remove(req)
+                self._hold(req, state)
+        capped = [
+            req
+            for req in running_batch.reqs
+            if (state := state_of(req)) is not None
+            and state.anchor
+            and state.speculated(len(req.output_ids)) >= self._cap(req, state)
+        ]
+        for req in capped:
+            self._remove_from(running_batch, req)
+            self._hold(req, state_of(req))
+
+    def _cap(self, req, state: SpecState) -> int:
+        room_left = req.sampling_params.max_new_tokens - state.verified
+        return max(0, min(state.cap, room_left))
+
+    def _hold(self, req, state: SpecState) -> None:
+        state.parked = True
+        self.parked.append(req)
+
+    @staticmethod
+    def _remove_from(batch, req) -> None:
+        if req in batch.reqs:
+            batch.filter_batch(keep_indices=[i for i, r in enumerate(batch.reqs) if r is not req])
+
+    def _fail(self, req, reason: str, running_batch=None) -> None:
+        """Drop held-back tokens, answer the client with `reason`, free every slot."""
+        from sglang.srt.managers.schedule_batch import FINISH_ABORT
+
+        logger.error("Lynx decode: request %s failed: %s", req.rid, reason)
+        state = state_of(req)
+        if running_batch is not None:
+            self._remove_from(running_batch, req)
+        if req in self.scheduler.waiting_queue:
+            self.scheduler.waiting_queue.remove(req)
+        if req in self.parked:
+            self.parked.remove(req)
+        del req.output_ids[state.verified :]
+        state.anchor = False
+        req.finished_reason = FINISH_ABORT(reason, HTTPStatus.INTERNAL_SERVER_ERROR)
+        self._finish(req)
+
+    def _finish(self, req) -> None:
+        from sglang.srt.mem_cache.common import release_kv_cache
+
+        release_kv_cache(req, self.scheduler.tree_cache, checkpoint=False)
+        self.scheduler.output_streamer.stream_output([req], req.return_logprob)
+        self._drop(req)
+
+    def _drop(self, req) -> None:
+        self.reqs.pop(req.rid, None)
+        if req in self.parked:
+            self.parked.remove(req)
+        self.side.forget(state_of(req).room)
+
+    def _attach_metrics(self, req) -> None:
+        from lynx_patches.metrics import attach
+
+        attach(req, self.metrics(req))

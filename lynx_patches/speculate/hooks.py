@@ -1,0 +1,85 @@
+"""Thin hooks into SGLang's decode scheduler; the logic is in `controller`."""
+
+from __future__ import annotations
+
+from lynx_patches import targets
+from lynx_patches.metrics import attach
+from lynx_patches.selfcheck import Hook
+from lynx_patches.speculate.state import in_anchor_phase, state_of
+
+CONTROLLER_ATTR = "_lynx_controller"
+
+
+def controller_of(scheduler):
+    """The scheduler's `SpecController` in ``lynx`` mode, else None (created on first use)."""
+    controller = getattr(scheduler, CONTROLLER_ATTR, None)
+    if controller is None:
+        config = getattr(scheduler.server_args, "_lynx", None)
+        queue = getattr(scheduler, "disagg_decode_prealloc_queue", None)
+        side = getattr(getattr(queue, "kv_manager", None), "side", None)
+        if config is None or config.mode != "lynx" or side is None:
+            return None
+        from lynx_patches.speculate.controller import SpecController
+
+        controller = SpecController(scheduler, side)
+        setattr(scheduler, CONTROLLER_ATTR, controller)
+    return controller
+
+
+def commit_transfer(original, queue, decode_req):
+    """AROUND `DecodeTransferQueue._commit_transfer_to_req`: adopt lynx requests, record timings."""
+    from lynx_patches.pd.conn import LynxKVReceiver
+
+    req = decode_req.req
+    if not isinstance(decode_req.kv_receiver, LynxKVReceiver):  # e.g. SGLang's warmup (fake)
+        return original(queue, decode_req)
+    side = decode_req.kv_receiver.kv_mgr.side
+    controller = controller_of(queue.scheduler)
+    entry = side.hand_over(req.bootstrap_room) if controller is not None else None
+    timings = side.timings(req.bootstrap_room)
+    result = original(queue, decode_req)
+    if controller is not None and not req.finished():
+        controller.adopt(req, entry)
+        attach(req, controller.metrics(req))
+    else:
+        attach(req, {"mode": side.mgr.config.mode, **timings})
+    return result
+
+
+def next_decode_batch(original, scheduler, running_batch):
+    """AROUND `get_next_disagg_decode_batch_to_run`: verify, fail and park before SGLang schedules."""
+    controller = controller_of(scheduler)
+    if controller is not None:
+        running_batch = controller.before_schedule(running_batch)
+    return original(scheduler, running_batch)
+
+
+def is_fully_idle(result, scheduler, *args, **kwargs):
+    """AFTER `Scheduler.is_fully_idle`: parked requests keep the scheduler (and its KV) busy."""
+    controller = getattr(scheduler, CONTROLLER_ATTR, None)
+    return False if controller is not None and controller.busy else None
+
+
+def stream_accept(original, accumulator, *, req):
+    """AROUND `_GenerationStreamAccumulator.accept`: never stream a held-back token."""
+    if in_anchor_phase(req) and req.send_token_offset >= state_of(req).verified:
+        return None
+    return original(accumulator, req=req)
+
+
+def update_finish_state(original, req, *args, **kwargs):
+    """AROUND `Req.update_finish_state`: no finish (EOS, stop, length) on unverified tokens."""
+    if in_anchor_phase(req) and len(req.output_ids) > state_of(req).verified:
+        if not req.to_finish:
+            return None
+        del req.output_ids[state_of(req).verified :]
+    return original(req, *args, **kwargs)
+
+
+HOOKS = (
+    Hook(targets.DECODE_COMMIT_TRANSFER, commit_transfer, "AROUND"),
+    Hook(targets.DECODE_NEXT_BATCH, next_decode_batch, "AROUND"),
+    Hook(targets.SCHEDULER_IS_FULLY_IDLE, is_fully_idle, "AFTER"),
+    Hook(targets.STREAM_ACCEPT, stream_accept, "AROUND"),
+    Hook(targets.REQ_UPDATE_FINISH_STATE, update_finish_state, "AROUND"),
+)

@@ -1,0 +1,79 @@
+"""Per-request Lynx state on a decode server (lives on the SGLang `Req` as `req.lynx`)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+ATTR = "lynx"
+
+
+@dataclass
+class SpecState:
+    """Where a ``lynx``-mode request stands.
+
+    Attributes:
+        room: the request's bootstrap room (its transfer on this decode rank).
+        verified: leading output tokens that are exact (streamable); the rest
+            were generated on the anchor and are held back.
+        cap: speculative tokens allowed before the request waits (0 = none).
+        anchor: True until the residual has been applied and checked.
+        parked: waiting for its residual outside SGLang's queues.
+    """
+
+    room: int
+    verified: int
+    cap: int
+    anchor: bool = True
+    parked: bool = False
+    adopted_at: float = field(default_factory=time.monotonic)
+    speculative_tokens: int = 0
+    accepted_tokens: int = 0
+    rollbacks: int = 0
+    verify_s: float = 0.0
+
+    def speculated(self, output_len: int) -> int:
+        """Held-back tokens of an output of `output_len` tokens."""
+        return output_len - self.verified
+
+    def metrics(self) -> dict:
+        return {
+            "speculative_tokens": self.speculative_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "rollbacks": self.rollbacks,
+            "verify_s": round(self.verify_s, 6),
+        }
+
+
+def state_of(req) -> SpecState | None:
+    return getattr(req, ATTR, None)
+
+
+def in_anchor_phase(req) -> bool:
+    state = state_of(req)
+    return state is not None and state.anchor
+
+
+def can_speculate(sampling_params, req) -> bool:
+    """Whether the verify pass reproduces this request's sampling exactly.
+
+    Greedy requests without logit-shaping options qualify. The others still
+    run in ``lynx`` mode, but wait for their residual before decoding.
+    """
+    plain = (
+        sampling_params.top_k == 1
+        and not sampling_params.logit_bias
+        and sampling_params.frequency_penalty == 0.0
+        and sampling_params.presence_penalty == 0.0
+        and sampling_params.repetition_penalty == 1.0
+        and sampling_params.min_new_tokens == 0
+        and not (sampling_params.json_schema or sampling_params.regex or sampling_params.ebnf)
+        and not sampling_params.structural_tag
+    )
+    return (
+        plain
+        and not req.return_logprob
+        and not getattr(req, "return_hidden_states", False)
+        and getattr(req, "custom_logit_processor", None) is None
+        and req.grammar is None
+    )

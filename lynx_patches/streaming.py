@@ -1,0 +1,59 @@
+"""Client side of a streaming SGLang `/generate`: when did each output token arrive?"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+
+
+def sse_events(url: str, body: dict, timeout: float = 600.0) -> Iterator[dict]:
+    """POST `body` with streaming on and yield each JSON event of the server-sent stream."""
+    req = urllib.request.Request(
+        url,
+        data=json.dumps({**body, "stream": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        for raw in resp:
+            line = raw.decode("utf-8", errors="replace").strip()
+            if not line.startswith("data:"):
+                continue
+            payload = line[len("data:") :].strip()
+            if payload == "[DONE]":
+                return
+            yield json.loads(payload)
+
+
+def stream_generate(url: str, body: dict, nth: Sequence[int] = (1,), timeout: float = 600.0) -> dict:
+    """Time a streaming `/generate` request.
+
+    Returns ``ttft_s`` (first output token), ``t{n}_s`` for each n in `nth`
+    (the n-th output token), ``prompt_tokens``, ``completion_tokens``, the
+    final text, and the fields of ``meta_info["lynx"]`` when the server sent it.
+    """
+    start = time.perf_counter()
+    result: dict = {}
+    last: dict = {}
+    for event in sse_events(url, body, timeout):
+        now = time.perf_counter() - start
+        if "error" in event:
+            raise RuntimeError(f"server error: {event['error']}")
+        meta = event.get("meta_info", {})
+        count = meta.get("completion_tokens", 0)
+        if count >= 1 and "ttft_s" not in result:
+            result["ttft_s"] = now
+        for n in nth:
+            if count >= n and f"t{n}_s" not in result:
+                result[f"t{n}_s"] = now
+        if isinstance(meta.get("lynx"), dict):
+            result.update(meta["lynx"])
+        last = event
+    meta = last.get("meta_info", {})
+    result.update(
+        prompt_tokens=meta.get("prompt_tokens"),
+        completion_tokens=meta.get("completion_tokens"),
+        text=last.get("text", ""),
+    )
+    return result

@@ -1,0 +1,61 @@
+"""The codec benchmark scripts still run: --help, and their smallest real configurations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
+
+
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCHMARK / name), *args], capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+@pytest.mark.parametrize("name", ["codec_throughput.py", "codec_quality.py"])
+def test_help_describes_the_json_option(name):
+    result = run_script(name, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "--json" in result.stdout
+
+
+def test_throughput_tiny_run_reports_positive_rates_for_every_preset(tmp_path):
+    out = tmp_path / "throughput.json"
+    result = run_script("codec_throughput.py", "--shapes", "128x2x64", "--repeats", "1", "--warmup", "0",
+                        "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["config"]["threads"] >= 1
+    [shape] = report["shapes"]
+    assert (shape["tokens"], shape["kv_heads"], shape["head_dim"]) == (128, 2, 64)
+    rows = shape["rows"]
+    assert rows[0]["op"] == "copy (clone)" and rows[0]["vs_copy"] == 1.0
+    for preset in ("int8", "int16", "int4", "bf16-exact"):
+        ops = {row["op"] for row in rows if row["preset"] == preset}
+        assert {"encode", "gather_encode"} <= ops
+        assert any(op.startswith("decode 1/") for op in ops) and any(op.startswith("scatter_decode") for op in ops)
+    assert all(row["gb_per_s"] > 0 and row["median_s"] > 0 for row in rows)
+    assert "GB/s" in result.stdout
+
+
+def test_quality_tiny_run_checks_bytes_and_bf16_exactness(tmp_path, model_path):
+    out = tmp_path / "quality.json"
+    result = run_script("codec_quality.py", "--num-prompts", "1", "--prompt-tokens", "160", "--continuation", "32",
+                        "--queries", "8", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    assert report["config"]["prefix_tokens"] == 128
+    rows = {(row["spec"], row["stages"]): row for row in report["results"]}
+    assert {("int8", 2), ("int16", 2), ("int4", 1), ("bf16-exact", 2), ("2+2+4", 3)} <= rows.keys()
+    for row in rows.values():
+        assert row["measured_stream_bytes_per_token"] == row["stream_bytes_per_token"]
+        assert 0 <= row["agreement"] <= 1 and row["attn_err_mean"] >= 0
+    exact = rows[("bf16-exact", 2)]
+    assert exact["agreement"] == 1.0 and exact["attn_err_max"] == 0.0
+    assert rows[("int8", 1)]["of_bf16"] <= 0.29
+    assert rows[("2+2+4", 1)]["attn_err_mean"] > rows[("2+2+4", 3)]["attn_err_mean"]
