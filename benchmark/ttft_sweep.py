@@ -12,7 +12,7 @@ A 135M model on a CPU prefills ~1000x slower than an 8B model on a GPU, so
 the link rates are scaled down to keep the ratio of transfer time to prefill
 time in the range of real clusters; the table states that ratio per row.
 
-    python benchmark/ttft_sweep.py --modes bf16,int8,int4,lynx --link-gbps 0.05,0.2,1 --prompt-tokens 1024,2048
+    python benchmark/ttft_sweep.py --modes bf16,int8,int4,lynx --link-gbps 0.02,0.05,0.2 --prompt-tokens 1024,2048
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ SMOLLM2 = dict(num_layers=30, kv_heads=3, head_dim=64)
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default="bf16,int8,int4,lynx")
-    parser.add_argument("--link-gbps", default="0.05,0.2,1", help="emulated link rates, Gbit/s")
+    parser.add_argument("--link-gbps", default="0.02,0.05,0.2", help="emulated link rates, Gbit/s")
     parser.add_argument("--prompt-tokens", default="1024,2048")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=32)

@@ -87,8 +87,10 @@ def _prepare_disaggregation(server_args, config: LynxConfig) -> None:
     if config.loopback:
         _fail("--lynx-loopback is for a non-disaggregated server; drop it or --disaggregation-mode")
     server_args.disaggregation_transfer_backend = BACKEND
-    if server_args.disaggregation_decode_enable_radix_cache:
-        _fail("--lynx does not support --disaggregation-decode-enable-radix-cache yet")
+    if config.mode == "lynx" and server_args.disaggregation_mode == "decode":
+        # Residual upgrades and verify passes run between forward passes; the
+        # overlap schedule would have the next forward in flight.
+        server_args.disable_overlap_schedule = True
     try:
         config.load_secret()
     except ValueError as exc:

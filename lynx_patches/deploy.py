@@ -26,6 +26,7 @@ from lynx_patches.launch import (
     ServerStartError,
     SGLangServer,
     free_port,
+    log_tail,
     post_json,
     stop_group,
 )
@@ -125,13 +126,13 @@ class PDDeployment:
         body = {"model": self.served_model_name, "prompt": "Hi", "max_tokens": 1, "temperature": 0}
         while time.monotonic() < deadline:
             if self.router is None or self.router.poll() is not None:
-                raise ServerStartError(f"router exited\n{_tail(self.log_dir / 'router.log')}")
+                raise ServerStartError(f"router exited\n{log_tail(self.log_dir / 'router.log')}")
             try:
                 post_json(f"{self.url}/v1/completions", body, timeout=60)
                 return
             except OSError:
                 time.sleep(1.0)
-        raise ServerStartError(f"router not ready in time\n{_tail(self.log_dir / 'router.log')}")
+        raise ServerStartError(f"router not ready in time\n{log_tail(self.log_dir / 'router.log')}")
 
     def generate_direct(
         self,
@@ -183,13 +184,6 @@ class PDDeployment:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def main(argv: list[str] | None = None) -> int:

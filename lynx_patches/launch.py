@@ -107,10 +107,7 @@ class SGLangServer:
         return post_json(self.url + path, body, timeout)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return log_tail(self.log_path, lines)
 
     def stop(self, grace: float = 15.0) -> None:
         """End the server's process group: SIGTERM, then SIGKILL after `grace` seconds."""
@@ -128,6 +125,14 @@ class SGLangServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a log file (for error messages)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def post_json(url: str, body: dict, timeout: float = 600.0):

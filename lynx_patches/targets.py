@@ -22,3 +22,4 @@ DECODE_NEXT_BATCH = (
 SCHEDULER_IS_FULLY_IDLE = "sglang.srt.managers.scheduler.Scheduler.is_fully_idle"
 STREAM_ACCEPT = "sglang.srt.managers.scheduler_components.output_streamer._GenerationStreamAccumulator.accept"
 REQ_UPDATE_FINISH_STATE = "sglang.srt.managers.schedule_batch.Req.update_finish_state"
+SAMPLER_FORWARD = "sglang.srt.layers.sampler.Sampler.forward"

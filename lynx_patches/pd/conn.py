@@ -15,6 +15,10 @@ from sglang.srt.disaggregation.common.conn import (
 class LynxKVSender(CommonKVSender):
     """Prefill side per request; the manager's `PrefillSide` does the sending."""
 
+    def clear(self) -> None:
+        self.kv_mgr.side.forget(self.bootstrap_room)
+        super().clear()
+
 
 class LynxKVReceiver(CommonKVReceiver):
     """Decode side per request: registers the reservation and enforces the transfer timeout."""
@@ -24,8 +28,20 @@ class LynxKVReceiver(CommonKVReceiver):
         super().__init__(mgr, bootstrap_addr, bootstrap_room)
 
     def send_metadata(self, kv_indices, aux_index=None, state_indices=None, decode_prefix_len=None, **kwargs):
+        from sglang.srt.utils.network import NetworkAddress
+
+        endpoints = [
+            NetworkAddress(info["rank_ip"], int(info["rank_port"])).to_tcp()
+            for info in (getattr(self, "bootstrap_infos", None) or [])
+            if not info.get("is_dummy")
+        ]
         self.kv_mgr.side.expect(
-            self.bootstrap_room, kv_indices, aux_index, since=self.created_at, bootstrap_addr=self.bootstrap_addr
+            self.bootstrap_room,
+            kv_indices,
+            aux_index,
+            since=self.created_at,
+            bootstrap_addr=self.bootstrap_addr,
+            prefill_endpoints=endpoints,
         )
         super().send_metadata(kv_indices, aux_index, state_indices, decode_prefix_len, **kwargs)
 

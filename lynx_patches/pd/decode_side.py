@@ -62,6 +62,7 @@ class Expected:
     residual: str = "pending"
     failure: str | None = None
     handed_over: bool = False
+    prefill_endpoints: tuple[str, ...] = ()
 
 
 class DecodeSide:
@@ -92,10 +93,18 @@ class DecodeSide:
 
     # --- request lifecycle (scheduler thread) ---------------------------------------------
 
-    def expect(self, room: int, pages, aux_index: int, since: float, bootstrap_addr: str) -> None:
-        """Accept KV for `room` into `pages`; `since` is when the request arrived (monotonic)."""
+    def expect(
+        self, room: int, pages, aux_index: int, since: float, bootstrap_addr: str, prefill_endpoints=()
+    ) -> None:
+        """Accept KV for `room` into `pages`; `since` is when the request arrived (monotonic).
+
+        `prefill_endpoints` (``tcp://ip:port`` of the prefill ranks' control
+        sockets) are told to stop sending if the request ends before its residual.
+        """
+        entry = Expected(np.asarray(pages, dtype=np.int64), aux_index, since, bootstrap_addr)
+        entry.prefill_endpoints = tuple(prefill_endpoints)
         with self._lock:
-            self.rooms[room] = Expected(np.asarray(pages, dtype=np.int64), aux_index, since, bootstrap_addr)
+            self.rooms[room] = entry
 
     def hand_over(self, room: int) -> Expected | None:
         """SGLang committed the room's transfer: keep its entry past the receiver's end."""
@@ -112,8 +121,19 @@ class DecodeSide:
                 del self.rooms[room]
 
     def forget(self, room: int) -> None:
+        """Drop `room`; if its residual is still coming, ask the prefill to stop sending it."""
+        from sglang.srt.disaggregation.common.conn import AbortNotification
+
         with self._lock:
-            self.rooms.pop(room, None)
+            entry = self.rooms.pop(room, None)
+        if entry is None or entry.residual != "pending":
+            return
+        parts = AbortNotification(room=room, decode_ip=self.mgr.local_ip, decode_port=self.mgr.rank_port).to_zmq()
+        for endpoint in entry.prefill_endpoints:
+            try:
+                self.mgr._send_multipart_locked(endpoint, parts)
+            except Exception as exc:  # the prefill may be gone; nothing else to do
+                logger.debug("Lynx decode: could not cancel room %s at %s: %s", room, endpoint, exc)
 
     def fail_rooms_of(self, bootstrap_addr: str, reason: str) -> None:
         """The prefill at `bootstrap_addr` is gone: fail the residuals still expected from it."""
@@ -215,6 +235,7 @@ class DecodeSide:
         entry.manifest = manifest
         entry.assembly = RequestAssembly(manifest.room, sizes)
         entry.timings["manifest_s"] = time.monotonic() - entry.since
+        entry.timings["transferred_tokens"] = manifest.num_tokens
 
     def _on_frame(self, msg: list[bytes]) -> None:
         try:
@@ -228,7 +249,8 @@ class DecodeSide:
             return
         entry = self.rooms.get(header.room)
         if entry is None or entry.assembly is None:
-            logger.error("Lynx decode: frame for room %s without a reservation and manifest", header.room)
+            # Late frames of a request that already ended (its sender is told to stop).
+            logger.debug("Lynx decode: dropped a frame for room %s, which is not receiving", header.room)
             return
         try:
             completed = entry.assembly.accept(header, payload)

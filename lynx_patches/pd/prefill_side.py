@@ -133,6 +133,10 @@ class PrefillSide:
             self.mgr.record_failure(room, reason)
             self.mgr.update_status(room, KVPoll.Failed)
 
+    def forget(self, room: int) -> None:
+        """The request ended on this side: drop chunks of it still being collected."""
+        self._chunks.pop(room, None)
+
     # --- data ------------------------------------------------------------------------------
 
     def add_chunk(self, room: int, pages, is_last: bool, aux_index, num_tokens) -> None:

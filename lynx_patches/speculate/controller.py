@@ -24,9 +24,17 @@ from http import HTTPStatus
 import torch
 
 from lynx.kvwire import WireFormat
+from lynx.sampling import draw
 from lynx.speculation import verify as verify_tokens
 from lynx_patches.pd.pool import layer_buffers
-from lynx_patches.speculate.state import ATTR, SpecState, can_speculate, state_of
+from lynx_patches.speculate.state import (
+    ATTR,
+    SpecState,
+    can_speculate,
+    request_seed,
+    sampling_rule,
+    state_of,
+)
 from lynx_patches.speculate.verify import free_tail, verify_logits
 
 logger = logging.getLogger(__name__)
@@ -44,13 +52,30 @@ class SpecController:
         self.wire: WireFormat = side.mgr.wire
         self.reqs: dict[str, object] = {}
         self.parked: list = []
+        self.prometheus = None
+        if scheduler.metrics_reporter.enable_metrics:
+            from lynx_patches.prometheus import LynxMetrics
+
+            self.prometheus = LynxMetrics(self.config.mode)
 
     # --- adoption (transfer committed, scheduler thread) -------------------------------------
 
     def adopt(self, req, entry) -> SpecState:
         """Take over a request whose anchor has landed (a missing `entry` fails it next tick)."""
-        cap = self.config.max_speculative_tokens if can_speculate(req.sampling_params, req) else 0
-        state = SpecState(room=req.bootstrap_room, verified=len(req.output_ids), cap=cap)
+        params = req.sampling_params
+        cap = self.config.max_speculative_tokens if can_speculate(params, req) else 0
+        state = SpecState(
+            room=req.bootstrap_room,
+            verified=len(req.output_ids),
+            cap=cap,
+            rule=sampling_rule(params),
+            seed=request_seed(params),
+        )
+        state.anchor = entry is None or entry.residual != "none"
+        if state.anchor:
+            # Partial-precision KV never enters the decode radix cache.
+            state.barred_from_tree = req.skip_radix_cache_insert
+            req.skip_radix_cache_insert = True
         setattr(req, ATTR, state)
         self.reqs[req.rid] = req
         return state
@@ -59,10 +84,19 @@ class SpecController:
     def busy(self) -> bool:
         return bool(self.parked)
 
+    def coupled_rows(self, batch) -> list[tuple]:
+        """``(row, rule, seed, position)`` of the batch's requests Lynx samples itself."""
+        rows = []
+        for row, req in enumerate(batch.reqs):
+            state = state_of(req)
+            if state is not None and state.rule is not None:
+                rows.append((row, state.rule, state.seed, len(req.output_ids)))
+        return rows
+
     def metrics(self, req) -> dict:
         state = state_of(req)
         timings = self.side.timings(req.bootstrap_room)
-        return {"mode": "lynx", **timings, **(state.metrics() if state else {})}
+        return {"mode": self.config.mode, **timings, **(state.metrics() if state else {})}
 
     # --- per iteration -------------------------------------------------------------------------
 
@@ -108,16 +142,22 @@ class SpecController:
         k_buffers, v_buffers = layer_buffers(self.side.mgr.pool)
         pool = self.scheduler.req_to_token_pool
         prompt = len(req.origin_input_ids)
-        slots = pool.req_to_token[req.kv.req_pool_idx, :prompt].to(torch.int64)
-        self.wire.upgrade(streams, manifest.shape, k_buffers, v_buffers, slots)
+        # The transfer covered the prompt past any prefix the decode radix cache held.
+        slots = pool.req_to_token[req.kv.req_pool_idx, prompt - manifest.num_tokens : prompt]
+        self.wire.upgrade(streams, manifest.shape, k_buffers, v_buffers, slots.to(torch.int64))
         held_back = state.speculated(len(req.output_ids))
         state.anchor = False
+        req.skip_radix_cache_insert = state.barred_from_tree
         if held_back == 0:
+            if req in running_batch.reqs:
+                from sglang.srt.mem_cache.common import checkpoint_kv_cache
+
+                checkpoint_kv_cache(req, self.scheduler.tree_cache)
             self._resume(req, state)
         else:
             self._remove_from(running_batch, req)
             logits = verify_logits(self.scheduler, req, len(req.output_ids) - 1)
-            predicted = torch.argmax(logits, dim=-1).tolist()[state.verified - 1 :]
+            predicted = self._predict(logits, state)[state.verified - 1 :]
             verdict = verify_tokens(req.output_ids[state.verified - 1 :], predicted)
             kept = list(req.output_ids[: state.verified - 1]) + list(verdict.output_ids)
             free_tail(self.scheduler, req, prompt + len(kept) - 1)
@@ -132,11 +172,18 @@ class SpecController:
             self._attach_metrics(req)
             req.update_finish_state(new_accepted_len=newly)
             if req.finished():
-                self._finish(req)
+                self._finish(req, checkpoint=True)
             else:
                 self._resume(req, state, requeue=True)
         state.verify_s = time.perf_counter() - started
         self._attach_metrics(req)
+
+    @staticmethod
+    def _predict(logits: torch.Tensor, state: SpecState) -> list[int]:
+        """The token full-precision decoding draws after each row (row i -> output index i + 1)."""
+        if state.rule is None:
+            return torch.argmax(logits, dim=-1).tolist()
+        return [draw(row, state.rule, state.seed, i + 1) for i, row in enumerate(logits)]
 
     def _resume(self, req, state: SpecState, requeue: bool = False) -> None:
         if state.parked or requeue:
@@ -193,17 +240,19 @@ class SpecController:
         del req.output_ids[state.verified :]
         state.anchor = False
         req.finished_reason = FINISH_ABORT(reason, HTTPStatus.INTERNAL_SERVER_ERROR)
-        self._finish(req)
+        self._finish(req, checkpoint=False)
 
-    def _finish(self, req) -> None:
+    def _finish(self, req, checkpoint: bool) -> None:
+        """Release a finished request's KV (into the radix cache if `checkpoint`) and answer it."""
         from sglang.srt.mem_cache.common import release_kv_cache
 
-        release_kv_cache(req, self.scheduler.tree_cache, checkpoint=False)
+        release_kv_cache(req, self.scheduler.tree_cache, checkpoint=checkpoint)
         self.scheduler.output_streamer.stream_output([req], req.return_logprob)
         self._drop(req)
 
     def _drop(self, req) -> None:
-        self.reqs.pop(req.rid, None)
+        if self.reqs.pop(req.rid, None) is not None and self.prometheus is not None:
+            self.prometheus.record(self.metrics(req))
         if req in self.parked:
             self.parked.remove(req)
         self.side.forget(state_of(req).room)

@@ -17,7 +17,7 @@ def controller_of(scheduler):
         config = getattr(scheduler.server_args, "_lynx", None)
         queue = getattr(scheduler, "disagg_decode_prealloc_queue", None)
         side = getattr(getattr(queue, "kv_manager", None), "side", None)
-        if config is None or config.mode != "lynx" or side is None:
+        if config is None or side is None:
             return None
         from lynx_patches.speculate.controller import SpecController
 
@@ -47,11 +47,29 @@ def commit_transfer(original, queue, decode_req):
 
 
 def next_decode_batch(original, scheduler, running_batch):
-    """AROUND `get_next_disagg_decode_batch_to_run`: verify, fail and park before SGLang schedules."""
+    """AROUND `get_next_disagg_decode_batch_to_run`: verify, fail and park; mark seeded rows."""
     controller = controller_of(scheduler)
-    if controller is not None:
-        running_batch = controller.before_schedule(running_batch)
-    return original(scheduler, running_batch)
+    if controller is None:
+        return original(scheduler, running_batch)
+    plan = original(scheduler, controller.before_schedule(running_batch))
+    batch = plan.batch_to_run
+    if batch is not None and batch.sampling_info is not None:
+        batch.sampling_info.lynx_coupled_rows = controller.coupled_rows(batch)
+    return plan
+
+
+def sampler_forward(original, sampler, logits_output, sampling_info, *args, **kwargs):
+    """AROUND `Sampler.forward`: draw the rows of seeded Lynx requests with `lynx.sampling.draw`."""
+    from lynx.sampling import draw
+
+    rows = getattr(sampling_info, "lynx_coupled_rows", None)
+    if not rows:
+        return original(sampler, logits_output, sampling_info, *args, **kwargs)
+    logits = logits_output.next_token_logits[[row for row, *_ in rows]].clone()
+    token_ids = original(sampler, logits_output, sampling_info, *args, **kwargs)
+    for (row, rule, seed, position), row_logits in zip(rows, logits):
+        token_ids[row] = draw(row_logits, rule, seed, position)
+    return token_ids
 
 
 def is_fully_idle(result, scheduler, *args, **kwargs):
@@ -80,6 +98,7 @@ HOOKS = (
     Hook(targets.DECODE_COMMIT_TRANSFER, commit_transfer, "AROUND"),
     Hook(targets.DECODE_NEXT_BATCH, next_decode_batch, "AROUND"),
     Hook(targets.SCHEDULER_IS_FULLY_IDLE, is_fully_idle, "AFTER"),
+    Hook(targets.SAMPLER_FORWARD, sampler_forward, "AROUND"),
     Hook(targets.STREAM_ACCEPT, stream_accept, "AROUND"),
     Hook(targets.REQ_UPDATE_FINISH_STATE, update_finish_state, "AROUND"),
 )

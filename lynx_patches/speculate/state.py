@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass, field
+
+from lynx.sampling import SamplingRule
 
 ATTR = "lynx"
 
@@ -19,11 +22,18 @@ class SpecState:
         cap: speculative tokens allowed before the request waits (0 = none).
         anchor: True until the residual has been applied and checked.
         parked: waiting for its residual outside SGLang's queues.
+        rule: the sampling distribution; None for greedy decoding.
+        seed: seeds the Gumbel noise of every sampled token (`lynx.sampling`).
+        barred_from_tree: the request's own `skip_radix_cache_insert`, which
+            the anchor phase overrides (anchor KV must never enter the tree).
     """
 
     room: int
     verified: int
     cap: int
+    rule: SamplingRule | None = None
+    seed: int = 0
+    barred_from_tree: bool = False
     anchor: bool = True
     parked: bool = False
     adopted_at: float = field(default_factory=time.monotonic)
@@ -54,15 +64,32 @@ def in_anchor_phase(req) -> bool:
     return state is not None and state.anchor
 
 
-def can_speculate(sampling_params, req) -> bool:
-    """Whether the verify pass reproduces this request's sampling exactly.
+def sampling_rule(sampling_params) -> SamplingRule | None:
+    """The request's distribution for Lynx's seeded sampler; None when greedy."""
+    rule = SamplingRule(
+        temperature=sampling_params.temperature,
+        top_k=sampling_params.top_k,
+        top_p=sampling_params.top_p,
+        min_p=sampling_params.min_p,
+    )
+    return None if rule.greedy else rule
 
-    Greedy requests without logit-shaping options qualify. The others still
-    run in ``lynx`` mode, but wait for their residual before decoding.
+
+def request_seed(sampling_params) -> int:
+    seed = sampling_params.sampling_seed
+    return secrets.randbits(63) if seed is None else int(seed)
+
+
+def can_speculate(sampling_params, req) -> bool:
+    """Whether the verify pass reproduces this request's token choice exactly.
+
+    Greedy and plainly sampled requests (temperature, top-k, top-p, min-p)
+    qualify. Requests that shape logits otherwise (penalties, bias, grammars)
+    or return logprobs still run in ``lynx`` mode, but wait for their
+    residual before decoding.
     """
     plain = (
-        sampling_params.top_k == 1
-        and not sampling_params.logit_bias
+        not sampling_params.logit_bias
         and sampling_params.frequency_penalty == 0.0
         and sampling_params.presence_penalty == 0.0
         and sampling_params.repetition_penalty == 1.0

@@ -52,11 +52,10 @@ class LynxConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"--lynx-mode must be one of {', '.join(MODES)}; got {self.mode!r}")
-        if self.preset not in CodecSpec.preset_names():
-            raise ValueError(
-                f"--lynx-preset must be one of {', '.join(CodecSpec.preset_names())}; "
-                f"got {self.preset!r}"
-            )
+        try:
+            CodecSpec.preset(self.preset)
+        except ValueError as exc:
+            raise ValueError(f"--lynx-preset: {exc}") from None
         if not (math.isfinite(self.link_gbps) and self.link_gbps >= 0):
             raise ValueError(f"--lynx-link-gbps must be >= 0 (0 = unpaced); got {self.link_gbps}")
         if not MIN_CHUNK_BYTES <= self.chunk_bytes <= MAX_CHUNK_BYTES:
@@ -142,8 +141,8 @@ def options() -> tuple[OptionDoc, ...]:
         OptionDoc(
             "preset",
             "NAME",
-            "Codec preset of lynx mode: bit widths of the anchor and residual stages.",
-            choices=CodecSpec.preset_names(),
+            f"Codec preset of lynx mode: {', '.join(CodecSpec.preset_names())}, or stage "
+            "bit widths anchor first, e.g. 2+6 or 2+2+4.",
         ),
         OptionDoc(
             "max_speculative_tokens",

@@ -121,3 +121,43 @@ def compare_greedy_resynced(
         start = shifted.position + 1
         if start >= len(candidate):
             return ResyncedComparison(tuple(ties), None)
+
+
+def compare_sampled(
+    reference: Sequence[int],
+    candidate: Sequence[int],
+    reference_logprobs: Sequence[dict[int, float]],
+    seed: int,
+    temperature: float,
+    vocab_size: int,
+    max_gap: float = NEAR_TIE_GAP,
+) -> Comparison:
+    """Compare two seeded samples drawn with `lynx.sampling` (temperature only).
+
+    Both draw ``argmax(log p(x) / temperature + g(x))`` with the same Gumbel
+    noise ``g``, so they agree unless the reference's winner and the
+    candidate's token were (nearly) tied after the noise. At the first parting
+    the perturbed scores of both tokens are rebuilt from the reference's
+    log-probabilities (`reference_logprobs`, per position a dict token ->
+    logprob at temperature 1) and must differ by less than `max_gap`.
+    """
+    from lynx.sampling import gumbel_noise
+
+    for pos, (ref_tok, cand_tok) in enumerate(zip(reference, candidate)):
+        if ref_tok == cand_tok:
+            continue
+        known = reference_logprobs[pos]
+        if ref_tok not in known or cand_tok not in known:
+            return Comparison("mismatch", pos, None, f"position {pos}: {cand_tok} not among the reference's top tokens")
+        noise = gumbel_noise(seed, pos, vocab_size)
+        score = {t: known[t] / temperature + float(noise[t]) for t in (ref_tok, cand_tok)}
+        gap = abs(score[ref_tok] - score[cand_tok])
+        if gap < max_gap:
+            return Comparison("near_tie", pos, gap)
+        return Comparison(
+            "mismatch", pos, gap, f"position {pos}: reference {ref_tok}, candidate {cand_tok}, perturbed gap {gap:.4f}"
+        )
+    if len(reference) != len(candidate):
+        shorter = min(len(reference), len(candidate))
+        return Comparison("mismatch", shorter, None, f"equal for {shorter} tokens, then lengths differ")
+    return Comparison("equal")

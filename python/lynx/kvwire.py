@@ -125,24 +125,14 @@ class WireFormat:
             k_pools, v_pools: per layer ``[pool_size, kv_heads, head_dim]``.
             token_indices: int64 ``[num_tokens]`` destination slots.
         """
-        bounds = self.layer_bounds(shape)
-        for layer, (k_pool, v_pool) in enumerate(zip(k_pools, v_pools, strict=True)):
-            parts = [s[b[layer] : b[layer + 1]] for s, b in zip(streams, bounds)]
+        for k_pool, v_pool, parts in self._layers(streams, shape, k_pools, v_pools):
             if self.spec is None:
                 k_bytes, v_bytes = parts[0].chunk(2)
                 k_pool[token_indices] = _typed(k_bytes, shape, k_pool)
                 v_pool[token_indices] = _typed(v_bytes, shape, v_pool)
                 continue
-            encoded = EncodedKV.from_streams(
-                [p.to(k_pool.device) for p in parts],
-                self.spec,
-                shape.num_tokens,
-                shape.kv_heads,
-                shape.head_dim,
-                shape.dtype,
-            )
+            encoded = self._encoded(parts, shape)
             scatter_decode(encoded, k_pool, v_pool, token_indices, stages=len(parts))
-
 
     def upgrade(
         self,
@@ -160,13 +150,19 @@ class WireFormat:
         """
         if self.spec is None or len(streams) != self.num_streams:
             raise ValueError("upgrade needs every stream of a quantized mode")
+        for k_pool, v_pool, parts in self._layers(streams, shape, k_pools, v_pools):
+            scatter_upgrade(self._encoded(parts, shape), k_pool, v_pool, token_indices)
+
+    def _layers(self, streams, shape, k_pools, v_pools):
+        """Per layer: its pools and its slice of each stream, on the pools' device."""
         bounds = self.layer_bounds(shape)
         for layer, (k_pool, v_pool) in enumerate(zip(k_pools, v_pools, strict=True)):
-            parts = [s[b[layer] : b[layer + 1]].to(k_pool.device) for s, b in zip(streams, bounds)]
-            encoded = EncodedKV.from_streams(
-                parts, self.spec, shape.num_tokens, shape.kv_heads, shape.head_dim, shape.dtype
-            )
-            scatter_upgrade(encoded, k_pool, v_pool, token_indices)
+            yield k_pool, v_pool, [s[b[layer] : b[layer + 1]].to(k_pool.device) for s, b in zip(streams, bounds)]
+
+    def _encoded(self, parts: list[torch.Tensor], shape: KVShape) -> EncodedKV:
+        return EncodedKV.from_streams(
+            parts, self.spec, shape.num_tokens, shape.kv_heads, shape.head_dim, shape.dtype
+        )
 
 
 def _raw(tensor: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,13 @@ def test_option_table_covers_every_config_field_with_its_default():
     table = {opt.field: opt for opt in options()}
     assert set(table) == {f.name for f in fields(LynxConfig)}
     assert table["mode"].choices == MODES
-    assert table["preset"].choices == CodecSpec.preset_names()
+    assert table["preset"].choices is None  # names or custom stage widths
     for opt in options():
         assert opt.default == getattr(LynxConfig(), opt.field)
         assert opt.flag == "--lynx-" + opt.field.replace("_", "-")
+
+
+def test_preset_accepts_custom_stage_widths():
+    assert LynxConfig(preset="2+6").codec_spec.stage_bits == (2, 6)
+    with pytest.raises(ValueError, match="stage widths"):
+        LynxConfig(preset="2+x")

@@ -1,4 +1,4 @@
-from lynx.exactness import compare_greedy, compare_greedy_resynced
+from lynx.exactness import compare_greedy, compare_greedy_resynced, compare_sampled
 
 
 def _top2(first, second, gap=0.0):
@@ -42,3 +42,18 @@ def test_resync_checks_tokens_after_a_tie():
     assert ok.ok and [t.position for t in ok.ties] == [1]
     bad = compare_greedy_resynced([1, 7, 8, 5], generate)
     assert not bad.ok and bad.problem.position == 3
+
+
+def test_sampled_parting_is_accepted_only_at_a_perturbed_near_tie():
+    from lynx.sampling import gumbel_noise
+
+    vocab, seed, temperature = 50, 3, 0.8
+    noise = gumbel_noise(seed, 1, vocab)
+    # Choose reference logprobs so tokens 4 and 9 tie exactly after the noise at position 1.
+    tied = {4: -1.0, 9: temperature * (-1.0 / temperature + float(noise[4]) - float(noise[9]))}
+    far = {4: -1.0, 9: tied[9] - 1.0}
+    ok = compare_sampled([7, 4], [7, 9], [{7: -0.1}, tied], seed, temperature, vocab)
+    assert (ok.verdict, ok.position) == ("near_tie", 1)
+    assert compare_sampled([7, 4], [7, 9], [{7: -0.1}, far], seed, temperature, vocab).verdict == "mismatch"
+    assert compare_sampled([7, 4], [7, 8], [{7: -0.1}, tied], seed, temperature, vocab).verdict == "mismatch"
+    assert compare_sampled([7, 4], [7, 4], [{}, {}], seed, temperature, vocab).verdict == "equal"

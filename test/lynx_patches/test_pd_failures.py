@@ -9,8 +9,10 @@ bootstrap room and can forge frames for it.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
+import threading
 import time
 
 import pytest
@@ -19,7 +21,8 @@ from lynx.prompts import long_question
 from lynx.transfer.frames import FrameHeader, encode_frame
 from lynx.transfer.zmq_transport import ZmqTransport
 from lynx_patches.deploy import PDDeployment
-from lynx_patches.launch import SGLangServer
+from lynx_patches.launch import SGLangServer, post_json
+from lynx_patches.streaming import sse_events
 
 SLOW_LINK_GBPS = 0.002  # 250 kB/s: a 1k-token request's KV needs ~50 s
 TIMEOUT_S = 25
@@ -148,3 +151,50 @@ def test_killing_prefill_mid_transfer_fails_the_request_and_decode_keeps_serving
         )
         pd.prefill.start().wait_ready()
         _serves_small_request(pd)
+
+
+def test_lynx_request_whose_residual_never_arrives_fails_without_unverified_tokens(
+    model_path, server_logs, secret_file, long_body
+):
+    """The anchor lands and decoding starts on it; then the prefill dies with the residual
+    still on the wire. The client must have received only the exact first token, then an
+    error, and the decode server must free every slot and keep serving."""
+    lynx_args = [
+        "--lynx-mode", "lynx",
+        "--lynx-link-gbps", "0.01",
+        "--lynx-transfer-timeout", "120",
+        "--lynx-secret-file", str(secret_file),
+    ]  # fmt: skip
+    with PDDeployment(model_path, lynx_args, extra_args=CPU_ARGS, log_dir=server_logs / "pd-lynx-kill") as pd:
+        free = _lynx_state(pd.decode)["kv_free_slots"]
+        room = _room()
+        fields = {"bootstrap_host": "127.0.0.1", "bootstrap_port": pd.bootstrap_port, "bootstrap_room": room}
+        body = {**long_body, **fields, "sampling_params": {"max_new_tokens": 64, "temperature": 0}}
+        prefill = threading.Thread(target=_post_quietly, args=(f"{pd.prefill.url}/generate", body))
+        prefill.start()
+        tokens_streamed, error = 0, None
+        try:
+            for event in sse_events(f"{pd.decode.url}/generate", body):
+                meta = event.get("meta_info", {})
+                if "error" in event or (meta.get("finish_reason") or {}).get("type") == "abort":
+                    error = json.dumps(event)
+                    break
+                tokens_streamed = meta.get("completion_tokens", tokens_streamed)
+                if tokens_streamed >= 1 and pd.prefill.process is not None:
+                    pd.prefill.stop(grace=0)  # the anchor landed: kill the residual's sender
+        except OSError as exc:
+            error = str(exc)
+        prefill.join(timeout=60)
+        assert error is not None, "the request must fail once its residual can no longer arrive"
+        assert "residual" in error, error
+        assert tokens_streamed == 1, "only the prefill's exact first token may have been streamed"
+        assert _wait_free(pd.decode, free) == free
+        decode_log = pd.decode.log_path.read_text()
+        assert "failed: residual KV failed" in decode_log
+
+
+def _post_quietly(url: str, body: dict) -> None:
+    try:
+        post_json(url, body, timeout=120)
+    except OSError:
+        pass  # the prefill server is killed while answering

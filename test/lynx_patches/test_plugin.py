@@ -84,7 +84,8 @@ def test_help_lists_every_lynx_option_with_its_default():
     assert "--lynx " in out
     for opt in options():
         assert opt.flag in out
-        assert f"(default: {opt.default})" in flat
+        if not opt.is_switch:
+            assert f"(default: {opt.default})" in flat, opt.flag
 
 
 def test_unknown_lynx_value_is_a_clear_error_not_a_traceback(model_path):
@@ -96,6 +97,25 @@ def test_unknown_lynx_value_is_a_clear_error_not_a_traceback(model_path):
     assert proc.returncode == 2
     assert "argument --lynx-mode: invalid choice: 'fp3'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--lynx-preset", "3+x"], "--lynx-preset: unknown codec preset '3+x'"),
+        (["--lynx-chunk-bytes", "12"], "--lynx-chunk-bytes must be in"),
+        (["--lynx-link-gbps", "fast"], "argument --lynx-link-gbps: invalid float value"),
+        (["--disaggregation-mode", "decode"], "--lynx-secret-file"),
+        (["--lynx-loopback", "--disaggregation-mode", "prefill", "--lynx-insecure"], "--lynx-loopback"),
+    ],
+)
+def test_bad_lynx_options_exit_2_with_a_one_line_error(plugins_loaded, model_path, monkeypatch, capsys, extra, message):
+    monkeypatch.setenv("LYNX_SECRET", "")
+    with pytest.raises(SystemExit) as exit_info:
+        _parse(["--model-path", str(model_path), "--lynx", *extra])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
 
 
 def test_server_refuses_lynx_when_a_hook_failed_to_apply(model_path):

@@ -90,11 +90,17 @@ class CodecSpec:
 
     @classmethod
     def preset(cls, name: str) -> CodecSpec:
-        """The named preset; see :meth:`preset_names`."""
+        """The named preset (see :meth:`preset_names`), or stage widths written ``"2+6"``."""
         for preset_name, kwargs in _presets():
             if preset_name == name:
                 return cls(**kwargs)
-        raise ValueError(f"unknown codec preset {name!r}; valid presets: {', '.join(cls.preset_names())}")
+        parts = name.split("+") if isinstance(name, str) else []
+        if len(parts) > 1 and all(p.isdigit() for p in parts):
+            return cls(stage_bits=tuple(int(p) for p in parts))
+        raise ValueError(
+            f"unknown codec preset {name!r}; use one of {', '.join(cls.preset_names())} "
+            "or stage widths such as 2+6 or 2+2+4"
+        )
 
     @staticmethod
     def preset_names() -> tuple[str, ...]:

@@ -1,0 +1,87 @@
+import pytest
+import torch
+
+from lynx.codec import CodecSpec, decode, encode
+from lynx.kvwire import KVShape, WireFormat
+
+LAYERS, HEADS, DIM, POOL = 3, 2, 64, 300
+
+
+def _pools(seed, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        [torch.randn(POOL, HEADS, DIM, generator=g).to(dtype) for _ in range(LAYERS)],
+        [torch.randn(POOL, HEADS, DIM, generator=g).to(dtype) for _ in range(LAYERS)],
+    )
+
+
+def _slots(n, seed):
+    return torch.randperm(POOL, generator=torch.Generator().manual_seed(seed))[:n]
+
+
+@pytest.mark.parametrize("mode", ["bf16", "int8", "int4", "lynx"])
+def test_streams_written_elsewhere_equal_a_direct_round_trip(mode):
+    wire = WireFormat.for_mode(mode, "int8")
+    src_k, src_v = _pools(0)
+    src, dst = _slots(70, 1), _slots(70, 2)
+    shape = KVShape(LAYERS, 70, HEADS, DIM, torch.bfloat16)
+    streams = wire.encode(src_k, src_v, src)
+    assert [int(s.numel()) for s in streams] == list(wire.stream_sizes(shape))
+    dst_k, dst_v = _pools(3)
+    wire.write(streams, shape, dst_k, dst_v, dst)
+    for layer in range(LAYERS):
+        if wire.spec is None:
+            expect_k, expect_v = src_k[layer][src], src_v[layer][src]
+        else:
+            expect_k, expect_v = decode(encode(src_k[layer][src], src_v[layer][src], wire.spec))
+        assert torch.equal(dst_k[layer][dst], expect_k)
+        assert torch.equal(dst_v[layer][dst], expect_v)
+
+
+def test_int8_mode_and_lynx_int8_preset_land_identical_kv():
+    src_k, src_v = _pools(4)
+    src, dst = _slots(90, 5), _slots(90, 6)
+    shape = KVShape(LAYERS, 90, HEADS, DIM, torch.bfloat16)
+    out = {}
+    for mode in ("int8", "lynx"):
+        wire = WireFormat.for_mode(mode, "int8")
+        dst_k, dst_v = _pools(7)
+        wire.write(wire.encode(src_k, src_v, src), shape, dst_k, dst_v, dst)
+        out[mode] = [t[dst] for t in dst_k + dst_v]
+    assert all(torch.equal(a, b) for a, b in zip(out["int8"], out["lynx"]))
+
+
+@pytest.mark.parametrize("preset", ["int8", "2+6", "bf16-exact"])
+def test_upgrade_after_anchor_equals_writing_every_stream(preset):
+    wire = WireFormat.for_mode("lynx", preset)
+    src_k, src_v = _pools(8)
+    src, dst = _slots(65, 9), _slots(65, 10)
+    shape = KVShape(LAYERS, 65, HEADS, DIM, torch.bfloat16)
+    streams = wire.encode(src_k, src_v, src)
+    full_k, full_v = _pools(11)
+    wire.write(streams, shape, full_k, full_v, dst)
+    up_k, up_v = _pools(11)
+    wire.write(streams[:1], shape, up_k, up_v, dst)
+    wire.upgrade(streams, shape, up_k, up_v, dst)
+    assert all(torch.equal(a, b) for a, b in zip(full_k + full_v, up_k + up_v))
+
+
+def test_upgrade_refuses_a_partial_residual():
+    wire = WireFormat.for_mode("lynx", "int8")
+    src_k, src_v = _pools(12)
+    shape = KVShape(LAYERS, 10, HEADS, DIM, torch.bfloat16)
+    streams = wire.encode(src_k, src_v, _slots(10, 13))
+    with pytest.raises(ValueError, match="every stream"):
+        wire.upgrade(streams[:1], shape, src_k, src_v, _slots(10, 14))
+
+
+def test_unknown_mode_is_rejected():
+    with pytest.raises(ValueError, match="unknown mode"):
+        WireFormat.for_mode("fp8", "int8")
+
+
+def test_single_stage_int8_uses_the_same_codes_as_the_int8_preset():
+    x = torch.randn(64, 2, 64).bfloat16()
+    one = decode(encode(x, x, WireFormat.for_mode("int8", "int8").spec))
+    two = decode(encode(x, x, CodecSpec.preset("int8")))
+    assert torch.equal(one[0], two[0])

@@ -1,0 +1,202 @@
+"""The deployments and requests shared by the PD tests (one run of each deployment per session).
+
+Servers compute in fp32 with a bf16 KV cache (`CPU_ARGS`: this CPU runs bf16
+matmuls ~6x slower than fp32), so the KV that crosses the link is bf16.
+Requests are sent through SGLang's router as native `/generate` calls, which
+return token ids and `meta_info` (Lynx metrics, top-2 logprobs).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from dataclasses import dataclass, field
+
+from lynx.prompts import long_question
+from lynx_patches.deploy import PDDeployment
+from lynx_patches.launch import SGLangServer, post_json
+from lynx_patches.streaming import sse_events
+
+CPU_ARGS = ("--dtype", "float32", "--kv-cache-dtype", "bfloat16")
+PROMPT_TOKENS = (512, 1024, 2048, 3584)
+MAX_TOKENS = 32
+SLOW_LINK = ("--lynx-link-gbps", "0.03")  # the residual lands after several decode steps
+TOP_LOGPROBS = 20  # what references report per output position
+
+
+@dataclass(frozen=True)
+class Deployment:
+    name: str
+    lynx_args: tuple[str, ...]
+    single: bool = False  # a non-disaggregated server instead of a PD pair
+    suites: tuple[str, ...] = ("greedy",)
+    reference: bool = False  # request top-2 logprobs (a reference must not change what it decodes)
+
+
+DEPLOYMENTS = (
+    Deployment("single", (), single=True),
+    Deployment("single-int8-loopback", ("--lynx-mode", "int8", "--lynx-loopback"), single=True),
+    Deployment("bf16", ("--lynx-mode", "bf16"), reference=True),
+    Deployment("int8", ("--lynx-mode", "int8"), suites=("greedy", "stops", "sampling"), reference=True),
+    Deployment("int4", ("--lynx-mode", "int4"), suites=("short",)),
+    Deployment(
+        "lynx",
+        ("--lynx-mode", "lynx", *SLOW_LINK),
+        suites=("greedy", "stops", "sampling", "sampling-again", "concurrent", "openai"),
+    ),
+    Deployment("lynx-2+6", ("--lynx-mode", "lynx", "--lynx-preset", "2+6", *SLOW_LINK)),
+    Deployment(
+        "lynx-radix",
+        ("--lynx-mode", "lynx", "--lynx-link-gbps", "0.01", "--disaggregation-decode-enable-radix-cache"),
+        suites=("radix",),
+    ),
+    Deployment("lynx-bf16-exact", ("--lynx-mode", "lynx", "--lynx-preset", "bf16-exact", *SLOW_LINK)),
+)
+
+
+@dataclass
+class Run:
+    """What one deployment answered, per suite, plus its decode server's free KV before/after."""
+
+    outputs: dict[str, list[dict]] = field(default_factory=dict)
+    free_before: dict | None = None
+    free_after: dict | None = None
+
+
+def chat_text(tokenizer, content: str) -> str:
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def suites(tokenizer) -> dict[str, list[dict]]:
+    """Request bodies per suite."""
+
+    def body(content, **params):
+        sampling = {"max_new_tokens": MAX_TOKENS, "temperature": 0, **params}
+        return {"text": chat_text(tokenizer, content), "sampling_params": sampling}
+
+    long = [long_question(tokenizer, n, index=i) for i, n in enumerate(PROMPT_TOKENS)]
+    short = "What is the capital of France? Answer in one word."
+    return {
+        "greedy": [body(q) for q in long],
+        "short": [body(long[0])],
+        "stops": [
+            body(long[1], max_new_tokens=5),
+            body(long[1], stop=["essay"]),
+            body(long[0], stop_token_ids=[260]),
+            body(short),
+        ],
+        "sampling": [body(q, temperature=0.8, sampling_seed=7 + i) for i, q in enumerate(long[:2])],
+        "concurrent": [body(q) for q in (long[2], long[0], short, long[1])],
+        "openai": [{"messages": [{"role": "user", "content": short}]}],
+        "radix": [body(long[1])],
+    }
+
+
+def _state(server: SGLangServer) -> dict:
+    return server.get_json("/server_info")["internal_states"][0]["lynx"]
+
+
+def _settled(server: SGLangServer, like: dict, wait_s: float = 30.0) -> dict:
+    deadline = time.monotonic() + wait_s
+    state = _state(server)
+    while state["kv_free_slots"] != like["kv_free_slots"] and time.monotonic() < deadline:
+        time.sleep(0.5)
+        state = _state(server)
+    return state
+
+
+class LazyRuns:
+    """Deployment name -> `Run`, each deployment started the first time a test needs it."""
+
+    def __init__(self, model_path, bodies: dict, log_dir, secret_file) -> None:
+        self._args = (model_path, bodies, log_dir, secret_file)
+        self._runs: dict[str, Run] = {}
+        self._by_name = {d.name: d for d in DEPLOYMENTS}
+
+    def __getitem__(self, name: str) -> Run:
+        if name not in self._runs:
+            self._runs[name] = run_deployment(self._by_name[name], *self._args)
+        return self._runs[name]
+
+
+def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_file) -> Run:
+    run = Run()
+    if dep.single:
+        server = SGLangServer(
+            model_path,
+            ["--lynx", *dep.lynx_args, "--served-model-name", "smollm2", *CPU_ARGS],
+            log_path=log_dir / f"{dep.name}.log",
+        )
+        with server:
+            _ask_all(dep, server.url, bodies, run)
+        return run
+    args = [*dep.lynx_args, "--lynx-secret-file", str(secret_file)]
+    with PDDeployment(model_path, args, extra_args=CPU_ARGS, log_dir=log_dir / dep.name) as pd:
+        run.free_before = _state(pd.decode)
+        _ask_all(dep, pd.url, bodies, run)
+        run.free_after = _settled(pd.decode, run.free_before)
+    return run
+
+
+def _ask_all(dep: Deployment, url: str, bodies: dict, run: Run) -> None:
+    extra = {"return_logprob": True, "top_logprobs_num": TOP_LOGPROBS} if dep.reference else {}
+    for suite in dep.suites:
+        requests = [{**b, **extra} for b in bodies[suite.replace("-again", "")]]
+        if suite == "openai":
+            answers = [_chat(url, b["messages"]) for b in requests]
+        elif suite == "radix":
+            answers = _radix_sequence(url, requests[0])
+        elif suite == "concurrent":
+            with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
+                answers = list(pool.map(lambda b: post_json(f"{url}/generate", b), requests))
+        else:
+            answers = [post_json(f"{url}/generate", b) for b in requests]
+        run.outputs[suite] = answers
+
+
+def _radix_sequence(url: str, body: dict) -> list[dict]:
+    """Same prompt three times: A, then B while A decodes on its anchor, then C after A finished.
+
+    With the decode radix cache on, B must not reuse A's anchor-precision
+    prompt KV (it transfers the whole prompt); C reuses A's verified KV.
+    """
+    first_token = threading.Event()
+    answers: dict[str, dict] = {}
+
+    def stream_a():
+        final = {}
+        for event in sse_events(f"{url}/generate", body):
+            final = event
+            if event.get("meta_info", {}).get("completion_tokens", 0) >= 1:
+                first_token.set()
+        answers["A"] = final
+
+    thread = threading.Thread(target=stream_a)
+    thread.start()
+    first_token.wait(timeout=600)
+    answers["B"] = post_json(f"{url}/generate", body)
+    thread.join(timeout=600)
+    answers["C"] = post_json(f"{url}/generate", body)
+    return [answers["A"], answers["B"], answers["C"]]
+
+
+def _chat(url: str, messages: list) -> dict:
+    from openai import OpenAI
+
+    reply = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=600).chat.completions.create(
+        model="smollm2", messages=messages, max_tokens=MAX_TOKENS, temperature=0
+    )
+    return {"text": reply.choices[0].message.content, "finish_reason": reply.choices[0].finish_reason}
+
+
+def top2(answer: dict) -> list:
+    """Per output position ``((token, logprob), (token, logprob))`` from a reference answer."""
+    return [((int(p[0][1]), p[0][0]), (int(p[1][1]), p[1][0])) for p in answer["meta_info"]["output_top_logprobs"]]
+
+
+def top_logprobs(answer: dict) -> list[dict[int, float]]:
+    """Per output position, token -> logprob of the reference's top tokens."""
+    return [{int(t): lp for lp, t, *_ in p} for p in answer["meta_info"]["output_top_logprobs"]]
