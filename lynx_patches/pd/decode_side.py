@@ -149,10 +149,7 @@ class DecodeSide:
             entry = self.rooms.get(room)
             if entry is None or entry.residual != "landed" or entry.assembly is None:
                 return None
-            streams = [
-                torch.frombuffer(entry.assembly.buffer(s), dtype=torch.uint8)
-                for s in range(len(entry.manifest.stream_sizes))
-            ]
+            streams = [_tensor(entry.assembly.buffer(s)) for s in range(len(entry.manifest.stream_sizes))]
             entry.assembly = None
             entry.residual = "applied"
             return entry.manifest, streams
@@ -279,7 +276,7 @@ class DecodeSide:
         k_buffers, v_buffers = layer_buffers(self.mgr.pool)
         slots = page_slots(entry.pages, self.mgr.kv_args.page_size, manifest.num_tokens)
         index = torch.from_numpy(slots).to(k_buffers[0].device)
-        anchor = torch.frombuffer(assembly.buffer(0), dtype=torch.uint8)
+        anchor = _tensor(assembly.buffer(0))
         self.mgr.wire.write([anchor], manifest.shape, k_buffers, v_buffers, index)
         write_aux(self.mgr.kv_args, entry.aux_index, assembly.buffer(AUX_STREAM))
         entry.anchor_written = True
@@ -287,3 +284,9 @@ class DecodeSide:
             entry.residual, entry.assembly = "none", None
             entry.timings.setdefault("residual_ready_s", entry.timings["anchor_ready_s"])
         self.mgr.update_status(room, KVPoll.Success)
+
+
+def _tensor(buffer) -> torch.Tensor:
+    """A uint8 tensor over a received stream buffer (torch.frombuffer refuses empty ones)."""
+    view = memoryview(buffer).cast("B")
+    return torch.frombuffer(view, dtype=torch.uint8) if len(view) else torch.empty(0, dtype=torch.uint8)

@@ -41,8 +41,9 @@ class KVShape:
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_tokens", "kv_heads", "head_dim"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            smallest = 0 if name == "num_tokens" else 1  # 0: the receiver already held the whole prompt
+            if not isinstance(value, int) or value < smallest:
+                raise ValueError(f"{name} must be an int >= {smallest}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class WireFormat:
 
     def layer_stream_bytes(self, shape: KVShape) -> tuple[int, ...]:
         """Bytes of each stream for one layer."""
+        if shape.num_tokens == 0:
+            return (0,) * self.num_streams
         if self.spec is None:
             elem = torch.empty((), dtype=shape.dtype).element_size()
             return (2 * shape.num_tokens * shape.kv_heads * shape.head_dim * elem,)
@@ -98,6 +101,8 @@ class WireFormat:
         Returns:
             One 1-D uint8 tensor per stream, layers concatenated in order.
         """
+        if len(token_indices) == 0:
+            return [torch.empty(0, dtype=torch.uint8) for _ in range(self.num_streams)]
         per_stream: list[list[torch.Tensor]] = [[] for _ in range(self.num_streams)]
         for k_pool, v_pool in zip(k_pools, v_pools, strict=True):
             if self.spec is None:
@@ -154,7 +159,9 @@ class WireFormat:
             scatter_upgrade(self._encoded(parts, shape), k_pool, v_pool, token_indices)
 
     def _layers(self, streams, shape, k_pools, v_pools):
-        """Per layer: its pools and its slice of each stream, on the pools' device."""
+        """Per layer: its pools and its slice of each stream, on the pools' device (none if no tokens)."""
+        if shape.num_tokens == 0:
+            return
         bounds = self.layer_bounds(shape)
         for layer, (k_pool, v_pool) in enumerate(zip(k_pools, v_pools, strict=True)):
             yield k_pool, v_pool, [s[b[layer] : b[layer + 1]].to(k_pool.device) for s, b in zip(streams, bounds)]

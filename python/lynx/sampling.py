@@ -10,8 +10,10 @@ distributed exactly as ``pi``. The anchor phase draws its speculative token
 at a position with the same noise as the verify pass will, so verification
 is an equality test: a speculative token survives exactly when full-precision
 decoding would have drawn the same token. The emitted sequence is therefore
-what full-precision decoding with that seed emits (same distribution, and a
-seeded request is reproducible however late its residual arrives).
+what full-precision decoding with that seed emits, hence the same
+distribution; a seeded request repeats itself except where two tokens tie
+after the noise and the verify pass rounds differently from step-by-step
+decoding (`lynx.exactness.compare_sampled`).
 """
 
 from __future__ import annotations

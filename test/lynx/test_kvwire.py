@@ -85,3 +85,15 @@ def test_single_stage_int8_uses_the_same_codes_as_the_int8_preset():
     one = decode(encode(x, x, WireFormat.for_mode("int8", "int8").spec))
     two = decode(encode(x, x, CodecSpec.preset("int8")))
     assert torch.equal(one[0], two[0])
+
+
+@pytest.mark.parametrize("mode", ["bf16", "lynx"])
+def test_a_prompt_the_receiver_already_holds_sends_empty_streams(mode):
+    wire = WireFormat.for_mode(mode, "int8")
+    k, v = _pools(15)
+    shape = KVShape(LAYERS, 0, HEADS, DIM, torch.bfloat16)
+    streams = wire.encode(k, v, torch.empty(0, dtype=torch.int64))
+    assert [s.numel() for s in streams] == [0] * wire.num_streams == list(wire.stream_sizes(shape))
+    before = [t.clone() for t in k + v]
+    wire.write(streams, shape, k, v, torch.empty(0, dtype=torch.int64))
+    assert all(torch.equal(a, b) for a, b in zip(before, k + v))

@@ -17,6 +17,8 @@ import time
 
 import pytest
 
+from pd_scenarios import chat_text
+
 from lynx.prompts import long_question
 from lynx.transfer.frames import FrameHeader, encode_frame
 from lynx.transfer.zmq_transport import ZmqTransport
@@ -64,7 +66,8 @@ def secret_file(server_logs):
 def long_body(model_path) -> dict:
     from transformers import AutoTokenizer
 
-    text = long_question(AutoTokenizer.from_pretrained(str(model_path)), 1024)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    text = chat_text(tokenizer, long_question(tokenizer, 1024))
     return {"text": text, "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
 
 

