@@ -66,6 +66,9 @@ class LynxCpuPlatform(CpuDeviceMixin, SRTPlatform):
         server_args.disable_cuda_graph = True
         server_args.disable_overlap_schedule = True
         server_args.page_size = 1
+        # An idle scheduler otherwise polls in a busy loop: on a CPU that core is
+        # the one the busy servers' matmuls need.
+        server_args.sleep_on_idle = True
         if server_args.disaggregation_mode == "decode":
             # The default host backup pool registers pinned memory with CUDA.
             server_args.disaggregation_decode_retraction_backup = "cpu_tensor"

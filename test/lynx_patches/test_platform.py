@@ -33,6 +33,7 @@ def test_defaults_pick_pure_pytorch_paths():
     assert args.sampling_backend == "pytorch"
     assert args.disable_overlap_schedule and args.disable_cuda_graph
     assert args.page_size == 1
+    assert args.sleep_on_idle
 
 
 def test_explicit_backend_choice_is_kept():
