@@ -26,7 +26,7 @@ from pathlib import Path
 
 from lynx.kvwire import KVShape, WireFormat
 from lynx.models import prepare_smollm2
-from lynx.prompts import long_question
+from lynx.prompts import chat_prompt, long_question
 from lynx_patches.deploy import PDDeployment
 from lynx_patches.launch import post_json
 from lynx_patches.streaming import stream_generate
@@ -54,7 +54,7 @@ def _ints(text: str) -> list[int]:
 
 def run_point(pd: PDDeployment, tokenizer, tokens: int, repeat: int, args) -> dict:
     post_json(f"{pd.prefill.url}/flush_cache", {})
-    text = long_question(tokenizer, tokens, index=repeat + 7 * tokens)
+    text = chat_prompt(tokenizer, long_question(tokenizer, tokens, index=repeat + 7 * tokens))
     body = {"text": text, "sampling_params": {"max_new_tokens": args.max_tokens, "temperature": 0}}
     return stream_generate(f"{pd.url}/generate", body, nth=_ints(args.nth))
 
@@ -92,7 +92,7 @@ def summarize(mode: str, rate: float, tokens: int, runs: list[dict]) -> dict:
     prompt_tokens = runs[0]["prompt_tokens"]
     shape = KVShape(SMOLLM2["num_layers"], prompt_tokens, SMOLLM2["kv_heads"], SMOLLM2["head_dim"], _bf16())
     stream_bytes = WireFormat.for_mode(mode, "int8").stream_sizes(shape)
-    nth_keys = sorted({k for r in runs for k in r if k.startswith("t")})
+    nth_keys = sorted({k for r in runs for k in r if k.startswith("t") and k[1:-2].isdigit()})
     return {
         "mode": mode,
         "link_gbps": rate,
@@ -103,7 +103,22 @@ def summarize(mode: str, rate: float, tokens: int, runs: list[dict]) -> dict:
         "anchor_ready_s": median("anchor_ready_s"),
         "residual_ready_s": median("residual_ready_s"),
         "manifest_s": median("manifest_s"),
+        **_speculation(runs),
         "repeats": len(runs),
+    }
+
+
+def _speculation(runs: list[dict]) -> dict:
+    """Lynx mode: held-back tokens, how many verify accepted, rollbacks (totals over the repeats)."""
+    if not any("speculative_tokens" in r for r in runs):
+        return {}
+    spec = sum(r.get("speculative_tokens", 0) for r in runs)
+    accepted = sum(r.get("accepted_tokens", 0) for r in runs)
+    return {
+        "speculative_tokens": spec,
+        "accepted_tokens": accepted,
+        "acceptance": accepted / spec if spec else None,
+        "rollbacks": sum(r.get("rollbacks", 0) for r in runs),
     }
 
 
@@ -123,13 +138,19 @@ def print_table(rows: list[dict]) -> None:
     def fmt(value, spec=".2f"):
         return "-" if value is None else format(value, spec)
 
-    header = f"{'mode':6} {'Gbps':>6} {'tokens':>6} {'xfer/prefill':>12} {'TTFT s':>7} {'vs bf16':>7} {'anchor s':>8} {'resid s':>8}"
-    extra = sorted({k for r in rows for k in r if k.startswith("t") and k not in ("ttft_s", "ttft_vs_bf16")})
+    header = (
+        f"{'mode':6} {'Gbps':>6} {'tokens':>6} {'xfer/prefill':>12} {'TTFT s':>7} {'vs bf16':>7} "
+        f"{'anchor s':>8} {'resid s':>8} {'accept':>6} {'rollbk':>6}"
+    )
+    extra = sorted(
+        {k for r in rows for k in r if k.startswith("t") and k[1:-2].isdigit()}, key=lambda k: int(k[1:-2])
+    )
     print(header + "".join(f" {k:>8}" for k in extra))
     for r in rows:
         line = (
             f"{r['mode']:6} {r['link_gbps']:>6g} {r['prompt_tokens']:>6} {fmt(r['bf16_transfer_to_prefill']):>12} "
-            f"{fmt(r['ttft_s']):>7} {fmt(r['ttft_vs_bf16']):>7} {fmt(r['anchor_ready_s']):>8} {fmt(r['residual_ready_s']):>8}"
+            f"{fmt(r['ttft_s']):>7} {fmt(r['ttft_vs_bf16']):>7} {fmt(r['anchor_ready_s']):>8} {fmt(r['residual_ready_s']):>8} "
+            f"{fmt(r.get('acceptance')):>6} {fmt(r.get('rollbacks'), 'd'):>6}"
         )
         print(line + "".join(f" {fmt(r.get(k)):>8}" for k in extra))
 

@@ -88,6 +88,7 @@ class RoomMetadata:
     dst_aux_index: int
     required_dst_info_num: int
     is_dummy: bool
+    decode_prefix_len: int = 0  # prompt tokens the decode rank already holds (its radix cache)
 
     def to_parts(self) -> list[bytes]:
         return [
@@ -99,6 +100,7 @@ class RoomMetadata:
             str(self.dst_aux_index).encode(),
             str(self.required_dst_info_num).encode(),
             b"1" if self.is_dummy else b"0",
+            str(self.decode_prefix_len).encode(),
         ]
 
     @classmethod
@@ -113,6 +115,7 @@ class RoomMetadata:
                 int(parts[5]),
                 int(parts[6]),
                 parts[7] == b"1",
+                int(parts[8]),
             )
         except (IndexError, ValueError, UnicodeDecodeError) as exc:
             raise ControlError(f"malformed room metadata: {exc}") from None

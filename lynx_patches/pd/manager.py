@@ -109,6 +109,7 @@ class LynxKVManager(CommonKVManager):
             dst_aux_index=-1 if aux_index is None or is_dummy else int(aux_index),
             required_dst_info_num=required_dst_info_num,
             is_dummy=is_dummy,
+            decode_prefix_len=int(decode_prefix_len or 0),
         )
         return seal(self.key, metadata.to_parts())
 

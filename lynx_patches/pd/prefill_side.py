@@ -108,6 +108,10 @@ class PrefillSide:
         infos = self.mgr.transfer_infos.setdefault(metadata.room, {})
         infos[metadata.session_id] = metadata
         if len(infos) == metadata.required_dst_info_num:
+            # Send only what the decode rank lacks: SGLang's prefill reads this
+            # when the request's sender starts (`pop_decode_prefix_len`).
+            real = [i for i in infos.values() if not i.is_dummy]
+            self.mgr.req_to_decode_prefix_len[metadata.room] = real[0].decode_prefix_len if real else 0
             self.mgr.update_status(metadata.room, KVPoll.WaitingForInput)
 
     def _register(self, registration: DecodeRegistration) -> None:

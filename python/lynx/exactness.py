@@ -8,6 +8,7 @@ only when the candidate took the reference's second choice (DESIGN.md section 8)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -128,18 +129,18 @@ def compare_sampled(
     candidate: Sequence[int],
     reference_logprobs: Sequence[dict[int, float]],
     seed: int,
-    temperature: float,
     vocab_size: int,
     max_gap: float = NEAR_TIE_GAP,
 ) -> Comparison:
     """Compare two seeded samples drawn with `lynx.sampling` (temperature only).
 
-    Both draw ``argmax(log p(x) / temperature + g(x))`` with the same Gumbel
-    noise ``g``, so they agree unless the reference's winner and the
-    candidate's token were (nearly) tied after the noise. At the first parting
-    the perturbed scores of both tokens are rebuilt from the reference's
-    log-probabilities (`reference_logprobs`, per position a dict token ->
-    logprob at temperature 1) and must differ by less than `max_gap`.
+    Both draw ``argmax(log pi(x) + g(x))`` with the same Gumbel noise ``g``,
+    so they agree unless the reference's winner and the candidate's token were
+    (nearly) tied after the noise. At the first parting the perturbed scores
+    of both tokens are rebuilt from the reference's log-probabilities
+    (`reference_logprobs`, per position a dict token -> log pi, the sampling
+    distribution with the temperature applied, as SGLang returns it) and must
+    differ by less than `max_gap`.
     """
     from lynx.sampling import gumbel_noise
 
@@ -150,7 +151,7 @@ def compare_sampled(
         if ref_tok not in known or cand_tok not in known:
             return Comparison("mismatch", pos, None, f"position {pos}: {cand_tok} not among the reference's top tokens")
         noise = gumbel_noise(seed, pos, vocab_size)
-        score = {t: known[t] / temperature + float(noise[t]) for t in (ref_tok, cand_tok)}
+        score = {t: known[t] + float(noise[t]) for t in (ref_tok, cand_tok)}
         gap = abs(score[ref_tok] - score[cand_tok])
         if gap < max_gap:
             return Comparison("near_tie", pos, gap)
@@ -161,3 +162,29 @@ def compare_sampled(
         shorter = min(len(reference), len(candidate))
         return Comparison("mismatch", shorter, None, f"equal for {shorter} tokens, then lengths differ")
     return Comparison("equal")
+
+
+def sampling_pit(tokens: Sequence[int], logprobs: Sequence[dict[int, float]], uniform: Callable[[], float]) -> list[float]:
+    """Randomized probability integral transform of sampled tokens (one value per position).
+
+    `logprobs[i]` holds the log-probabilities of the reference's top tokens
+    under the full-precision sampling distribution at position i (temperature
+    applied, as SGLang returns them), given the same prefix; the tokens
+    outside it form one "rest" category with the leftover mass. Ordering the
+    categories by probability, a token drawn from that distribution maps to
+    ``F(before) + U * p(token)``, uniform on [0, 1) when the sampler is right
+    (positions of one sequence too: each is uniform given the ones before).
+    `uniform()` supplies U.
+    """
+    values = []
+    for token, known in zip(tokens, logprobs, strict=True):
+        order = sorted(known, key=known.get, reverse=True)
+        probs = [math.exp(known[t]) for t in order]
+        if token in known:
+            index = order.index(token)
+            before, mass = sum(probs[:index]), probs[index]
+        else:
+            before = sum(probs)
+            mass = max(0.0, 1.0 - before)
+        values.append(before + uniform() * mass)
+    return values

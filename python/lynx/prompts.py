@@ -38,3 +38,10 @@ def essay_excerpt(tokenizer, num_tokens: int, index: int = 0) -> str:
 def long_question(tokenizer, num_tokens: int, index: int = 0) -> str:
     """A user message of roughly `num_tokens` tokens: an essay excerpt, then a question."""
     return f"{essay_excerpt(tokenizer, num_tokens, index)}\n\n{QUESTION}"
+
+
+def chat_prompt(tokenizer, content: str) -> str:
+    """`content` as one user turn in the model's chat template, ready for the assistant's answer."""
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+    )

@@ -1,4 +1,6 @@
-from lynx.exactness import compare_greedy, compare_greedy_resynced, compare_sampled
+import math
+
+from lynx.exactness import compare_greedy, compare_greedy_resynced, compare_sampled, sampling_pit
 
 
 def _top2(first, second, gap=0.0):
@@ -47,13 +49,36 @@ def test_resync_checks_tokens_after_a_tie():
 def test_sampled_parting_is_accepted_only_at_a_perturbed_near_tie():
     from lynx.sampling import gumbel_noise
 
-    vocab, seed, temperature = 50, 3, 0.8
+    vocab, seed = 50, 3
     noise = gumbel_noise(seed, 1, vocab)
     # Choose reference logprobs so tokens 4 and 9 tie exactly after the noise at position 1.
-    tied = {4: -1.0, 9: temperature * (-1.0 / temperature + float(noise[4]) - float(noise[9]))}
+    tied = {4: -1.0, 9: -1.0 + float(noise[4]) - float(noise[9])}
     far = {4: -1.0, 9: tied[9] - 1.0}
-    ok = compare_sampled([7, 4], [7, 9], [{7: -0.1}, tied], seed, temperature, vocab)
+    ok = compare_sampled([7, 4], [7, 9], [{7: -0.1}, tied], seed, vocab)
     assert (ok.verdict, ok.position) == ("near_tie", 1)
-    assert compare_sampled([7, 4], [7, 9], [{7: -0.1}, far], seed, temperature, vocab).verdict == "mismatch"
-    assert compare_sampled([7, 4], [7, 8], [{7: -0.1}, tied], seed, temperature, vocab).verdict == "mismatch"
-    assert compare_sampled([7, 4], [7, 4], [{}, {}], seed, temperature, vocab).verdict == "equal"
+    assert compare_sampled([7, 4], [7, 9], [{7: -0.1}, far], seed, vocab).verdict == "mismatch"
+    assert compare_sampled([7, 4], [7, 8], [{7: -0.1}, tied], seed, vocab).verdict == "mismatch"
+    assert compare_sampled([7, 4], [7, 4], [{}, {}], seed, vocab).verdict == "equal"
+
+
+def _draws(probs: dict[int, float], n: int, rng) -> list[int]:
+    tokens = list(probs)
+    return list(rng.choice(tokens, size=n, p=[probs[t] for t in tokens]))
+
+
+def test_pit_of_correct_samples_is_uniform_and_of_greedy_or_wrong_temperature_is_not():
+    import numpy as np
+    from scipy.stats import kstest
+
+    rng = np.random.default_rng(0)
+    probs = {7: 0.5, 3: 0.25, 9: 0.15, 4: 0.06}  # 0.04 left for the rest of the vocabulary
+    logprobs = {t: math.log(p) for t, p in probs.items()}
+    full = {**probs, 1000: 0.04}
+    right = sampling_pit(_draws(full, 400, rng), [logprobs] * 400, rng.random)
+    assert kstest(right, "uniform").pvalue > 0.01
+    greedy = sampling_pit([7] * 400, [logprobs] * 400, rng.random)
+    assert kstest(greedy, "uniform").pvalue < 1e-6
+    hot = {t: p ** 0.5 for t, p in full.items()}  # sampled at temperature 2, claimed 1
+    hot = {t: p / sum(hot.values()) for t, p in hot.items()}
+    wrong = sampling_pit(_draws(hot, 400, rng), [logprobs] * 400, rng.random)
+    assert kstest(wrong, "uniform").pvalue < 1e-3

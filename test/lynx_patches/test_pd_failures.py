@@ -17,9 +17,7 @@ import time
 
 import pytest
 
-from pd_scenarios import chat_text
-
-from lynx.prompts import long_question
+from lynx.prompts import chat_prompt, long_question
 from lynx.transfer.frames import FrameHeader, encode_frame
 from lynx.transfer.zmq_transport import ZmqTransport
 from lynx_patches.deploy import PDDeployment
@@ -67,7 +65,7 @@ def long_body(model_path) -> dict:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    text = chat_text(tokenizer, long_question(tokenizer, 1024))
+    text = chat_prompt(tokenizer, long_question(tokenizer, 1024))
     return {"text": text, "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
 
 

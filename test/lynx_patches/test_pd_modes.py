@@ -22,7 +22,7 @@ import secrets
 import pytest
 from pd_scenarios import DEPLOYMENTS, LazyRuns, suites, top2, top_logprobs
 
-from lynx.exactness import compare_greedy, compare_sampled
+from lynx.exactness import compare_greedy, compare_sampled, sampling_pit
 
 @pytest.fixture(scope="module")
 def bodies(model_path):
@@ -122,20 +122,45 @@ def test_seeded_sampling_equals_full_precision_sampling_and_repeats(runs, bodies
     the same seed, except where two tokens tie after the shared noise (the verify pass
     and step-by-step decoding round the KV differently, and how many tokens a run
     verifies depends on when its residual lands)."""
-    vocab = json.loads((model_path / "config.json").read_text())["vocab_size"]
     verdicts = []
     for run in ("sampling", "sampling-again"):
         answers = runs["lynx"].outputs[run]
         assert sum(m["speculative_tokens"] for m in _metrics(answers)) > 0
-        for body, ref, answer in zip(bodies["sampling"], runs["int8"].outputs["sampling"], answers):
-            params = body["sampling_params"]
-            result = compare_sampled(
-                ref["output_ids"], answer["output_ids"], top_logprobs(ref),
-                params["sampling_seed"], params["temperature"], vocab,
-            )  # fmt: skip
-            assert result.ok, result.detail
+        for _, _, result in _sampled_pairs(runs, bodies, "sampling", answers, model_path):
             verdicts.append((result.verdict, result.position, result.gap))
     print(f"\nsampling vs int8: {verdicts}")
+
+
+def _sampled_pairs(runs, bodies, suite: str, answers, model_path):
+    """(int8 reference, lynx answer, `compare_sampled` result) per request; asserts each is exact."""
+    vocab = json.loads((model_path / "config.json").read_text())["vocab_size"]
+    for body, ref, answer in zip(bodies[suite], runs["int8"].outputs[suite], answers, strict=True):
+        seed = body["sampling_params"]["sampling_seed"]
+        result = compare_sampled(ref["output_ids"], answer["output_ids"], top_logprobs(ref), seed, vocab)
+        assert result.ok, result.detail
+        yield ref, answer, result
+
+
+def test_sampled_tokens_follow_the_full_precision_distribution(runs, bodies, model_path):
+    """Many seeds, a short prompt, 4 sampled tokens each (3 drafted on the anchor, then
+    verified): every lynx token, mapped through the full-precision distribution at its
+    position (int8 mode's log-probabilities for the same prefix), must give uniform values."""
+    import random
+
+    from scipy.stats import kstest
+
+    answers = runs["lynx"].outputs["distribution"]
+    assert sum(m["speculative_tokens"] for m in _metrics(answers)) > 0
+    rng = random.Random(0)
+    values, tied = [], 0
+    for ref, answer, result in _sampled_pairs(runs, bodies, "distribution", answers, model_path):
+        same_prefix = len(answer["output_ids"]) if result.verdict == "equal" else result.position + 1
+        tied += result.verdict == "near_tie"
+        tokens = answer["output_ids"][:same_prefix]
+        values += sampling_pit(tokens, top_logprobs(ref)[:same_prefix], rng.random)
+    test = kstest(values, "uniform")
+    print(f"\nsampled distribution: {len(values)} tokens, KS p={test.pvalue:.3f}, near-ties {tied}")
+    assert test.pvalue > 0.001, f"lynx samples do not follow full-precision probabilities (KS p={test.pvalue:.2g})"
 
 
 def test_concurrent_requests_in_mixed_phases_are_exact(runs, bodies):

@@ -14,16 +14,17 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
-from lynx.prompts import long_question
+from lynx.prompts import chat_prompt, long_question
 from lynx_patches.deploy import PDDeployment
 from lynx_patches.launch import SGLangServer, post_json
 from lynx_patches.streaming import sse_events
 
 CPU_ARGS = ("--dtype", "float32", "--kv-cache-dtype", "bfloat16")
-PROMPT_TOKENS = (512, 1024, 1536, 2048, 3072, 3584)
+PROMPT_TOKENS = (512, 1024, 2048, 3584)
 MAX_TOKENS = 32
 SLOW_LINK = ("--lynx-link-gbps", "0.03")  # the residual lands after several decode steps
 TOP_LOGPROBS = 20  # what references report per output position
+DISTRIBUTION_SEEDS = range(1000, 1096)  # one short sampled request per seed
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,14 @@ DEPLOYMENTS = (
     Deployment("single", (), single=True),
     Deployment("single-int8-loopback", ("--lynx-mode", "int8", "--lynx-loopback"), single=True),
     Deployment("bf16", ("--lynx-mode", "bf16"), reference=True),
-    Deployment("int8", ("--lynx-mode", "int8"), suites=("greedy", "stops", "sampling"), reference=True),
+    Deployment(
+        "int8", ("--lynx-mode", "int8"), suites=("greedy", "stops", "sampling", "distribution"), reference=True
+    ),
     Deployment("int4", ("--lynx-mode", "int4"), suites=("short",)),
     Deployment(
         "lynx",
         ("--lynx-mode", "lynx", *SLOW_LINK, "--enable-metrics"),
-        suites=("greedy", "stops", "sampling", "sampling-again", "concurrent", "openai"),
+        suites=("greedy", "stops", "sampling", "sampling-again", "concurrent", "distribution", "openai"),
     ),
     Deployment("lynx-2+6", ("--lynx-mode", "lynx", "--lynx-preset", "2+6", *SLOW_LINK)),
     Deployment(
@@ -66,18 +69,12 @@ class Run:
     decode_metrics: str = ""  # the decode server's Prometheus text (with --enable-metrics)
 
 
-def chat_text(tokenizer, content: str) -> str:
-    return tokenizer.apply_chat_template(
-        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
-    )
-
-
 def suites(tokenizer) -> dict[str, list[dict]]:
     """Request bodies per suite."""
 
     def body(content, **params):
         sampling = {"max_new_tokens": MAX_TOKENS, "temperature": 0, **params}
-        return {"text": chat_text(tokenizer, content), "sampling_params": sampling}
+        return {"text": chat_prompt(tokenizer, content), "sampling_params": sampling}
 
     long = [long_question(tokenizer, n, index=i) for i, n in enumerate(PROMPT_TOKENS)]
     short = "What is the capital of France? Answer in one word."
@@ -94,6 +91,10 @@ def suites(tokenizer) -> dict[str, list[dict]]:
         "concurrent": [body(q) for q in (long[3], long[0], short, long[1])],
         "openai": [{"messages": [{"role": "user", "content": short}]}],
         "radix": [body(long[1])],
+        "distribution": [
+            body("Tell me a very short story.", temperature=1.0, max_new_tokens=4, sampling_seed=seed)
+            for seed in DISTRIBUTION_SEEDS
+        ],
     }
 
 
@@ -154,8 +155,8 @@ def _ask_all(dep: Deployment, url: str, bodies: dict, run: Run) -> None:
             answers = [_chat(url, b["messages"]) for b in requests]
         elif suite == "radix":
             answers = _radix_sequence(url, requests[0])
-        elif suite == "concurrent":
-            with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
+        elif suite in ("concurrent", "distribution"):
+            with concurrent.futures.ThreadPoolExecutor(min(len(requests), 16)) as pool:
                 answers = list(pool.map(lambda b: post_json(f"{url}/generate", b), requests))
         else:
             answers = [post_json(f"{url}/generate", b) for b in requests]

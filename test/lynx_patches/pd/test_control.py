@@ -19,9 +19,10 @@ def test_registration_round_trips_through_a_sealed_message():
 
 
 def test_room_metadata_round_trips_with_its_pages():
-    meta = RoomMetadata(42, "127.0.0.1", 5000, "s", np.array([3, 9, 4]), 7, 1, False)
+    meta = RoomMetadata(42, "127.0.0.1", 5000, "s", np.array([3, 9, 4]), 7, 1, False, decode_prefix_len=96)
     back = RoomMetadata.from_parts(open_sealed(KEY, seal(KEY, meta.to_parts()), "metadata"))
     assert back.room == 42 and back.dst_aux_index == 7 and back.dst_pages.tolist() == [3, 9, 4]
+    assert back.decode_prefix_len == 96
 
 
 @pytest.mark.parametrize("tamper", ["wrong key", "flipped byte", "missing tag"])
