@@ -28,7 +28,6 @@ from lynx.kvwire import KVShape, WireFormat
 from lynx.models import prepare_smollm2
 from lynx.prompts import chat_prompt, long_question
 from lynx_patches.deploy import PDDeployment
-from lynx_patches.launch import post_json
 from lynx_patches.streaming import stream_generate
 
 CPU_ARGS = ("--dtype", "float32", "--kv-cache-dtype", "bfloat16")
@@ -53,7 +52,7 @@ def _ints(text: str) -> list[int]:
 
 
 def run_point(pd: PDDeployment, tokenizer, tokens: int, repeat: int, args) -> dict:
-    post_json(f"{pd.prefill.url}/flush_cache", {})
+    pd.prefill.flush_cache()
     text = chat_prompt(tokenizer, long_question(tokenizer, tokens, index=repeat + 7 * tokens))
     body = {"text": text, "sampling_params": {"max_new_tokens": args.max_tokens, "temperature": 0}}
     return stream_generate(f"{pd.url}/generate", body, nth=_ints(args.nth))

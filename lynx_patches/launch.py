@@ -106,6 +106,12 @@ class SGLangServer:
     def post_json(self, path: str, body: dict, timeout: float = 600.0):
         return post_json(self.url + path, body, timeout)
 
+    def flush_cache(self, wait_s: float = 30.0) -> None:
+        """Empty the server's prefix cache, waiting up to `wait_s` for running requests to end."""
+        req = urllib.request.Request(f"{self.url}/flush_cache?timeout={wait_s:g}", data=b"", method="POST")
+        with urllib.request.urlopen(req, timeout=wait_s + 30) as resp:
+            resp.read()
+
     def log_tail(self, lines: int = 40) -> str:
         return log_tail(self.log_path, lines)
 

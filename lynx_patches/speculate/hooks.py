@@ -5,7 +5,7 @@ from __future__ import annotations
 from lynx_patches import targets
 from lynx_patches.metrics import attach
 from lynx_patches.selfcheck import Hook
-from lynx_patches.speculate.state import in_anchor_phase, state_of
+from lynx_patches.speculate.state import in_anchor_phase, sampling_rule, state_of
 
 CONTROLLER_ATTR = "_lynx_controller"
 
@@ -58,6 +58,22 @@ def next_decode_batch(original, scheduler, running_batch):
     return plan
 
 
+def next_prefill_batch(original, scheduler, *args, **kwargs):
+    """AROUND `get_next_disagg_prefill_batch_to_run`: the first token of a seeded request is
+    drawn with the same seeded noise as the decode server's (SGLang ignores `sampling_seed`
+    unless deterministic inference is on), so a seeded request repeats from its first token."""
+    plan = original(scheduler, *args, **kwargs)
+    batch = plan.batch_to_run
+    if batch is not None and batch.sampling_info is not None and getattr(scheduler.server_args, "_lynx", None):
+        rows = []
+        for row, req in enumerate(batch.reqs):
+            rule = sampling_rule(req.sampling_params)
+            if rule is not None and req.sampling_params.sampling_seed is not None:
+                rows.append((row, rule, int(req.sampling_params.sampling_seed), len(req.output_ids)))
+        batch.sampling_info.lynx_coupled_rows = rows
+    return plan
+
+
 def sampler_forward(original, sampler, logits_output, sampling_info, *args, **kwargs):
     """AROUND `Sampler.forward`: draw the rows of seeded Lynx requests with `lynx.sampling.draw`."""
     from lynx.sampling import draw
@@ -97,6 +113,7 @@ def update_finish_state(original, req, *args, **kwargs):
 HOOKS = (
     Hook(targets.DECODE_COMMIT_TRANSFER, commit_transfer, "AROUND"),
     Hook(targets.DECODE_NEXT_BATCH, next_decode_batch, "AROUND"),
+    Hook(targets.PREFILL_NEXT_BATCH, next_prefill_batch, "AROUND"),
     Hook(targets.SCHEDULER_IS_FULLY_IDLE, is_fully_idle, "AFTER"),
     Hook(targets.SAMPLER_FORWARD, sampler_forward, "AROUND"),
     Hook(targets.STREAM_ACCEPT, stream_accept, "AROUND"),

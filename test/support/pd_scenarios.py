@@ -140,6 +140,8 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
     with PDDeployment(model_path, args, extra_args=CPU_ARGS, log_dir=log_dir / dep.name) as pd:
         run.free_before = _state(pd.decode)
         _ask_all(dep, pd.url, bodies, run)
+        if "--disaggregation-decode-enable-radix-cache" in dep.lynx_args:
+            pd.decode.flush_cache()  # the tree keeps verified KV cached: free it to count slots
         run.free_after = _settled(pd.decode, run.free_before)
         if "--enable-metrics" in dep.lynx_args:
             with urllib.request.urlopen(f"{pd.decode.url}/metrics", timeout=30) as resp:
