@@ -137,11 +137,14 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
             _ask_all(dep, server.url, bodies, run)
         return run
     args = [*dep.lynx_args, "--lynx-secret-file", str(secret_file)]
+    radix = "--disaggregation-decode-enable-radix-cache" in dep.lynx_args
     with PDDeployment(model_path, args, extra_args=CPU_ARGS, log_dir=log_dir / dep.name) as pd:
+        if radix:
+            pd.decode.flush_cache()  # the tree keeps cached KV (warm-up's too): count slots without it
         run.free_before = _state(pd.decode)
         _ask_all(dep, pd.url, bodies, run)
-        if "--disaggregation-decode-enable-radix-cache" in dep.lynx_args:
-            pd.decode.flush_cache()  # the tree keeps verified KV cached: free it to count slots
+        if radix:
+            pd.decode.flush_cache()
         run.free_after = _settled(pd.decode, run.free_before)
         if "--enable-metrics" in dep.lynx_args:
             with urllib.request.urlopen(f"{pd.decode.url}/metrics", timeout=30) as resp:
