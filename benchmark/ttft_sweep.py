@@ -8,9 +8,10 @@ first streamed token and to the N-th, and the decode server's anchor and
 residual arrival times (`meta_info["lynx"]`).
 
 The link is emulated by the prefill sender's token bucket (`--lynx-link-gbps`).
-A 135M model on a CPU prefills ~1000x slower than an 8B model on a GPU, so
-the link rates are scaled down to keep the ratio of transfer time to prefill
-time in the range of real clusters; the table states that ratio per row.
+A 135M model on two CPU cores prefills 2k tokens in about 11 s, far slower
+than an 8B model on a GPU, so the link rates are scaled down to keep the ratio
+of transfer time to prefill time in the range of real clusters; the table
+states that ratio per row (docs/BENCHMARKS.md).
 
     python benchmark/ttft_sweep.py --modes bf16,int8,int4,lynx --link-gbps 0.02,0.05,0.2 --prompt-tokens 1024,2048
 """
