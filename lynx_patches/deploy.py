@@ -113,6 +113,10 @@ class PDDeployment:
             "--prometheus-port", str(free_port()),
             "--worker-startup-check-interval", "1",
             "--health-check-interval-secs", "5",
+            # SGLang answers /health between forward passes; on a CPU one pass over a
+            # long prompt takes tens of seconds, and three 5 s timeouts in a row would
+            # take the worker out of rotation.
+            "--health-check-timeout-secs", "120",
             "--log-level", "warn",
         ]  # fmt: skip
         log = open(self.log_dir / "router.log", "ab")  # noqa: SIM115 - owned by the child
