@@ -92,7 +92,7 @@ def summarize(mode: str, rate: float, tokens: int, runs: list[dict]) -> dict:
     prompt_tokens = runs[0]["prompt_tokens"]
     shape = KVShape(SMOLLM2["num_layers"], prompt_tokens, SMOLLM2["kv_heads"], SMOLLM2["head_dim"], _bf16())
     stream_bytes = WireFormat.for_mode(mode, "int8").stream_sizes(shape)
-    nth_keys = sorted({k for r in runs for k in r if k.startswith("t") and k[1:-2].isdigit()})
+    nth_keys = _nth_keys(runs)
     return {
         "mode": mode,
         "link_gbps": rate,
@@ -142,9 +142,7 @@ def print_table(rows: list[dict]) -> None:
         f"{'mode':6} {'Gbps':>6} {'tokens':>6} {'xfer/prefill':>12} {'TTFT s':>7} {'vs bf16':>7} "
         f"{'anchor s':>8} {'resid s':>8} {'accept':>6} {'rollbk':>6}"
     )
-    extra = sorted(
-        {k for r in rows for k in r if k.startswith("t") and k[1:-2].isdigit()}, key=lambda k: int(k[1:-2])
-    )
+    extra = _nth_keys(rows)
     print(header + "".join(f" {k:>8}" for k in extra))
     for r in rows:
         line = (
@@ -153,6 +151,12 @@ def print_table(rows: list[dict]) -> None:
             f"{fmt(r.get('acceptance')):>6} {fmt(r.get('rollbacks'), 'd'):>6}"
         )
         print(line + "".join(f" {fmt(r.get(k)):>8}" for k in extra))
+
+
+def _nth_keys(records: list[dict]) -> list[str]:
+    """The ``t{n}_s`` keys (time to the n-th token) present in `records`, by n."""
+    keys = {k for r in records for k in r if k.startswith("t") and k.endswith("_s") and k[1:-2].isdigit()}
+    return sorted(keys, key=lambda k: int(k[1:-2]))
 
 
 def _bf16():

@@ -3,7 +3,8 @@
 Servers compute in fp32 with a bf16 KV cache (`CPU_ARGS`: this CPU runs bf16
 matmuls ~6x slower than fp32), so the KV that crosses the link is bf16.
 Requests are sent through SGLang's router as native `/generate` calls, which
-return token ids and `meta_info` (Lynx metrics, top-2 logprobs).
+return token ids and `meta_info` (Lynx metrics; references also the top-`TOP_LOGPROBS`
+logprobs per output position).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Deployment:
     lynx_args: tuple[str, ...]
     single: bool = False  # a non-disaggregated server instead of a PD pair
     suites: tuple[str, ...] = ("greedy",)
-    reference: bool = False  # request top-2 logprobs (a reference must not change what it decodes)
+    reference: bool = False  # request top logprobs (a reference must not change what it decodes)
 
 
 DEPLOYMENTS = (
