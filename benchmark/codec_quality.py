@@ -68,7 +68,7 @@ def load_model(threads: int | None):
 
 def prompt_ids(tokenizer, num_prompts: int, num_tokens: int) -> list[tuple[int, torch.Tensor]]:
     """(first essay index, ``[1, num_tokens]`` ids) of each prompt, starts spread over the essays."""
-    from lynx.prompts import essay_excerpt, essays
+    from lynx_testing.prompts import essay_excerpt, essays
 
     count = len(essays())
     prompts = []

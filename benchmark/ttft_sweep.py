@@ -27,9 +27,9 @@ from pathlib import Path
 
 from lynx.kvwire import KVShape, WireFormat
 from lynx.models import prepare_smollm2
-from lynx.prompts import chat_prompt, long_question
-from lynx_patches.deploy import PDDeployment
-from lynx_patches.streaming import stream_generate
+from lynx_testing.prompts import chat_prompt, long_question
+from lynx_testing.deploy import PDDeployment
+from lynx_testing.streaming import stream_generate
 
 CPU_ARGS = ("--dtype", "float32", "--kv-cache-dtype", "bfloat16")
 SMOLLM2 = dict(num_layers=30, kv_heads=3, head_dim=64)

@@ -21,8 +21,8 @@ from pathlib import Path
 from openai import OpenAI
 
 from lynx.models import prepare_smollm2
-from lynx_patches.deploy import PDDeployment
-from lynx_patches.launch import ServerStartError, post_json
+from lynx_testing.deploy import PDDeployment
+from lynx_testing.launch import ServerStartError, post_json
 
 CPU_ARGS = ["--dtype", "float32", "--kv-cache-dtype", "bfloat16"]
 

@@ -28,7 +28,7 @@ def server_logs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def lynx_server(model_path, server_logs):
     """The README's server: real SGLang with --lynx, SmolLM2, this CPU."""
-    from lynx_patches.launch import SGLangServer
+    from lynx_testing.launch import SGLangServer
 
     with SGLangServer(
         model_path,

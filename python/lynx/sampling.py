@@ -13,7 +13,7 @@ decoding would have drawn the same token. The emitted sequence is therefore
 what full-precision decoding with that seed emits, hence the same
 distribution; a seeded request repeats itself except where two tokens tie
 after the noise and the verify pass rounds differently from step-by-step
-decoding (`lynx.exactness.compare_sampled`).
+decoding (the tests judge such partings with the near-tie rule).
 """
 
 from __future__ import annotations

@@ -17,12 +17,12 @@ import time
 
 import pytest
 
-from lynx.prompts import chat_prompt, long_question
+from lynx_testing.prompts import chat_prompt, long_question
 from lynx.transfer.frames import FrameHeader, encode_frame
 from lynx.transfer.zmq_transport import ZmqTransport
-from lynx_patches.deploy import PDDeployment
-from lynx_patches.launch import SGLangServer, post_json
-from lynx_patches.streaming import sse_events
+from lynx_testing.deploy import PDDeployment
+from lynx_testing.launch import SGLangServer, post_json
+from lynx_testing.streaming import sse_events
 
 SLOW_LINK_GBPS = 0.002  # 250 kB/s: a 1k-token request's KV needs ~50 s
 TIMEOUT_S = 25

@@ -11,7 +11,7 @@ References (see `pd_scenarios` for the deployments and requests):
   equals ``bf16`` mode. The verify pass adds the same numbers in a different
   order than step-by-step decoding, so where the two part, the parting token
   must be the reference's second choice within `NEAR_TIE_GAP`
-  (`lynx.exactness`); the summary line counts such partings.
+  (`lynx_testing.exactness`); the summary line counts such partings.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import secrets
 import pytest
 from pd_scenarios import DEPLOYMENTS, LazyRuns, suites, top2, top_logprobs
 
-from lynx.exactness import compare_greedy, compare_sampled, sampling_pit
+from lynx_testing.exactness import compare_greedy, compare_sampled, sampling_pit
 
 @pytest.fixture(scope="module")
 def bodies(model_path):

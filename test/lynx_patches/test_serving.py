@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from openai import OpenAI
 
-from lynx.exactness import compare_greedy, compare_greedy_resynced
-from lynx_patches.launch import SGLangServer
-from lynx.hf_reference import HFReference
+from lynx_testing.exactness import compare_greedy, compare_greedy_resynced
+from lynx_testing.launch import SGLangServer
+from lynx_testing.hf_reference import HFReference
 
 PROMPTS = (
     "What is the capital of France?",
@@ -58,7 +58,7 @@ def test_greedy_output_equals_transformers_bf16(client, model_path):
     bf16 logits tie often (one bf16 step at |logit| ~ 20 is 0.125 nats), so
     two correct decoders may part: the parting token must then be
     transformers' other top-2 choice with a gap below
-    `lynx.exactness.NEAR_TIE_GAP`. The fp32 test below checks every token.
+    `lynx_testing.exactness.NEAR_TIE_GAP`. The fp32 test below checks every token.
     """
     reference = HFReference(model_path, dtype="bfloat16")
     verdicts = []

@@ -15,10 +15,10 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
-from lynx.prompts import chat_prompt, long_question
-from lynx_patches.deploy import PDDeployment
-from lynx_patches.launch import SGLangServer, post_json
-from lynx_patches.streaming import sse_events
+from lynx_testing.prompts import chat_prompt, long_question
+from lynx_testing.deploy import PDDeployment
+from lynx_testing.launch import SGLangServer, post_json
+from lynx_testing.streaming import sse_events
 
 CPU_ARGS = ("--dtype", "float32", "--kv-cache-dtype", "bfloat16")
 PROMPT_TOKENS = (512, 1024, 2048, 3584)

@@ -1,6 +1,6 @@
 """A real prefill/decode deployment on one machine: two SGLang servers with --lynx and SGLang's router.
 
-    python -m lynx_patches.deploy --mode lynx      # starts all three, prints URLs, waits for Ctrl-C
+    python -m lynx_testing.deploy --mode lynx      # starts all three, prints URLs, waits for Ctrl-C
 
 The router is `smg` (Shepherd Model Gateway, SGLang's PD router). It adds the
 bootstrap fields to every request and routes by model id, which is the
@@ -20,7 +20,7 @@ import urllib.error
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lynx_patches.launch import (
+from lynx_testing.launch import (
     CPU_SERVER_ENV,
     HOST,
     ServerStartError,
@@ -193,7 +193,7 @@ class PDDeployment:
 def main(argv: list[str] | None = None) -> int:
     from lynx.models import prepare_smollm2
 
-    parser = argparse.ArgumentParser(prog="python -m lynx_patches.deploy", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lynx_testing.deploy", description=__doc__.splitlines()[0])
     parser.add_argument("--model-path", default=None, help="model folder (default: SmolLM2 from the cache)")
     parser.add_argument("--log-dir", default="lynx-logs", help="folder for the three logs")
     parser.add_argument("--max-total-tokens", type=int, default=16384)

@@ -2,7 +2,7 @@
 
 Loads the same safetensors folder SGLang serves and records, at every step,
 the two most likely tokens with their log-probabilities, so a parting from the
-reference can be judged a near-tie or a bug (`lynx.exactness`).
+reference can be judged a near-tie or a bug (`lynx_testing.exactness`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lynx.exactness import TopTwo
+from lynx_testing.exactness import TopTwo
 
 if TYPE_CHECKING:
     import torch

@@ -1,6 +1,6 @@
 import math
 
-from lynx.exactness import compare_greedy, compare_greedy_resynced, compare_sampled, sampling_pit
+from lynx_testing.exactness import compare_greedy, compare_greedy_resynced, compare_sampled, sampling_pit
 
 
 def _top2(first, second, gap=0.0):
