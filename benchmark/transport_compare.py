@@ -1,0 +1,268 @@
+"""ZeroMQ and Mooncake transports side by side: unpaced throughput, paced accuracy, CPU per GB, MAC cost.
+
+Each variant sends with PrioritySender (frames signed at submission, as in
+serving) to a receiver in its own process over 127.0.0.1. Variants:
+
+* ``zmq``: ZmqTransport / ZmqListener as shipped.
+* ``zmq-zc``: the same sender; the receiver takes frames without copying
+  them out of ZeroMQ (``recv_multipart(copy=False)``), a candidate change.
+* ``mooncake``: MooncakeTransport / MooncakeListener over Mooncake's TCP
+  transport; the listener copies each message out of its arena (``copy=True``).
+* ``mooncake-view``: the same with ``copy=False``: the receiver reads the
+  arena in place (sound only on a trusted fabric).
+
+Each variant runs at every ``--chunks-kib`` size. Receive modes: ``raw``
+counts the bytes the transport delivers; ``frames`` also checks every frame's
+MAC (``decode_frame``) and copies it into a ``RequestAssembly``, as the decode
+side does. Throughput is measured at the receiver from arrival times: the
+bytes after the first chunk over (last arrival - first arrival). CPU seconds
+per GB are process times (all threads, the engines' included): the sender's
+from the end of ``submit`` (signing is done by then) until the receiver
+reports, the receiver's from its first arrival to its last. Repeats run the
+variants round-robin, so machine noise hits them alike; medians are reported.
+Progress goes to stderr, tables to stdout, ``--json PATH`` writes every sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+
+import numpy as np
+import zmq
+
+from lynx.transfer.frames import decode_frame, peek_room
+from lynx.transfer.pacer import make_pacer
+from lynx.transfer.reassembly import RequestAssembly
+from lynx.transfer.sender import PrioritySender
+from lynx.transfer.zmq_transport import ZmqListener, ZmqTransport
+
+KEY = b"transport-compare-benchmark"
+STREAM = 1
+VARIANTS = ("zmq", "zmq-zc", "mooncake", "mooncake-view")
+
+
+class ZeroCopyZmqListener(ZmqListener):
+    """ZmqListener whose ``recv`` hands out views of ZeroMQ's own buffers instead of copies."""
+
+    def recv(self, timeout_s: float):
+        with self._lock:
+            if not self._poller.poll(max(0, round(timeout_s * 1000))):
+                return None
+            return [frame.buffer for frame in self._socket.recv_multipart(zmq.NOBLOCK, copy=False)]
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def make_listener(variant: str, max_payload: int):
+    if variant.startswith("mooncake"):
+        from lynx.transfer.mooncake_transport import MooncakeListener
+
+        return MooncakeListener(KEY, slots=16, slot_bytes=max_payload, slots_per_peer=8, copy=variant == "mooncake")
+    listener_class = ZeroCopyZmqListener if variant == "zmq-zc" else ZmqListener
+    return listener_class(max_message_bytes=max_payload + 64)
+
+
+def make_transport(variant: str, max_payload: int):
+    if variant.startswith("mooncake"):
+        from lynx.transfer.mooncake_transport import MooncakeTransport
+
+        return MooncakeTransport(KEY, send_timeout_s=60, staging_slots=8, staging_slot_bytes=max_payload)
+    return ZmqTransport(send_timeout_s=60)
+
+
+def receive(variant: str, max_payload: int, runs, results) -> None:
+    """Receiver process: for each run announced on ``runs`` as ``(room, bytes, mode)``, report
+    ``(room, first_s, last_s, bytes, first_chunk_bytes, cpu_s)`` on ``results``."""
+    listener = make_listener(variant, max_payload)
+    results.put(listener.endpoint)
+    announced: dict[int, tuple[int, str]] = {}
+    current = None
+    while True:
+        parts = listener.recv(1.0)
+        if parts is None:
+            continue
+        now = time.perf_counter()
+        room = peek_room(parts)
+        while room not in announced:
+            got_room, size, mode = runs.get(timeout=60)
+            announced[got_room] = (size, mode)
+        size, mode = announced[room]
+        if current is None or current["room"] != room:
+            current = {"room": room, "first": now, "bytes": 0, "first_bytes": None, "cpu": cpu_seconds(),
+                       "assembly": RequestAssembly(room, {STREAM: size}) if mode == "frames" else None}
+        if mode == "frames":
+            header, payload = decode_frame(parts, KEY, max_payload)
+            current["assembly"].accept(header, payload)
+            length = header.length
+        else:
+            length = len(parts[1])
+        current["bytes"] += length
+        current["first_bytes"] = length if current["first_bytes"] is None else current["first_bytes"]
+        if current["bytes"] == size:
+            results.put((room, current["first"], now, size, current["first_bytes"], cpu_seconds() - current["cpu"]))
+            del announced[room]
+            current = None
+
+
+class Peer:
+    """One variant: its receiver process and the sending transport."""
+
+    def __init__(self, variant: str, max_payload: int, context) -> None:
+        self.variant = variant
+        self.runs, self.results = context.Queue(), context.Queue()
+        self.process = context.Process(target=receive, args=(variant, max_payload, self.runs, self.results),
+                                       daemon=True)
+        self.process.start()
+        self.endpoint = self.results.get(timeout=120)
+        self.transport = make_transport(variant, max_payload)
+
+    def run(self, room: int, data: bytes, mode: str, chunk_bytes: int, rate_gbps: float) -> dict:
+        """Send ``data`` once; the achieved Gbps and CPU seconds per GB on both sides."""
+        self.runs.put((room, len(data), mode))
+        pacer = make_pacer(rate_gbps, chunk_bytes)
+        with PrioritySender(self.transport, KEY, chunk_bytes, pacer=pacer, max_inflight_bytes=len(data)) as sender:
+            sender.submit(self.endpoint, room, STREAM, data)
+            cpu = cpu_seconds()
+            got_room, first, last, nbytes, first_bytes, receiver_cpu = self.results.get(timeout=600)
+            sender_cpu = cpu_seconds() - cpu
+        if got_room != room or nbytes != len(data) or last <= first:
+            raise RuntimeError(f"{self.variant}: receiver reported room {got_room}, {nbytes} bytes, {last - first} s")
+        gigabytes = len(data) / 1e9
+        return {"gbps": (nbytes - first_bytes) * 8 / (last - first) / 1e9,
+                "sender_cpu_s_per_gb": sender_cpu / gigabytes, "receiver_cpu_s_per_gb": receiver_cpu / gigabytes}
+
+    def close(self) -> None:
+        self.transport.close()
+        if self.process.is_alive():
+            os.kill(self.process.pid, 9)
+        self.process.join(timeout=30)
+
+
+def mac_cost(total_bytes: int, chunk_bytes: int) -> dict:
+    """CPU seconds per GB of the frame MAC (keyed BLAKE2b-128), and of a memcpy, in ``chunk_bytes`` pieces."""
+    data = np.frombuffer(os.urandom(chunk_bytes), dtype=np.uint8)
+    target = np.empty_like(data)
+    rounds = max(1, total_bytes // chunk_bytes)
+    start = time.process_time()
+    for _ in range(rounds):
+        hashlib.blake2b(data, digest_size=16, key=KEY).digest()
+    mac = time.process_time() - start
+    start = time.process_time()
+    for _ in range(rounds):
+        np.copyto(target, data)
+    copy = time.process_time() - start
+    gigabytes = rounds * chunk_bytes / 1e9
+    return {"blake2b_s_per_gb": mac / gigabytes, "memcpy_s_per_gb": copy / gigabytes}
+
+
+def median_row(samples: list[dict]) -> dict:
+    return {key: statistics.median(sample[key] for sample in samples) for key in samples[0]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, from {VARIANTS}")
+    parser.add_argument("--sizes-mib", default="16,64,256", help="unpaced run sizes, MiB (default 16,64,256)")
+    parser.add_argument("--chunks-kib", default="1024,4096", help="chunk payload sizes, KiB (default 1024,4096)")
+    parser.add_argument("--modes", default="raw,frames", help="receive modes: raw, frames (default both)")
+    parser.add_argument("--rates-gbps", default="0.5,1,2,4", help="paced set rates (default 0.5,1,2,4; '' skips)")
+    parser.add_argument("--paced-mib", type=float, default=64.0, help="MiB per paced run (default 64)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per cell; medians reported (default 3)")
+    parser.add_argument("--json", default=None, help="write config and every sample to this path")
+    args = parser.parse_args()
+    variants = [name for name in args.variants.split(",") if name]
+    sizes = [int(float(size) * (1 << 20)) for size in args.sizes_mib.split(",") if size]
+    chunks = [int(chunk) * 1024 for chunk in args.chunks_kib.split(",") if chunk]
+    modes = [mode for mode in args.modes.split(",") if mode]
+    rates = [float(rate) for rate in args.rates_gbps.split(",") if rate.strip()]
+    if (not set(variants) <= set(VARIANTS) or not set(modes) <= {"raw", "frames"} or args.repeats < 1
+            or not sizes or not chunks or min(sizes + chunks) <= 0 or any(rate <= 0 for rate in rates)):
+        parser.error("bad --variants, --modes, --sizes-mib, --chunks-kib, --rates-gbps or --repeats")
+    max_payload = max(chunks)
+    data = os.urandom(max(sizes + [int(args.paced_mib * (1 << 20))]))
+
+    print("measuring the frame MAC's CPU cost", file=sys.stderr, flush=True)
+    costs = mac_cost(1 << 30, 1 << 20)
+    context = multiprocessing.get_context("spawn")
+    peers = {}
+    unpaced: dict[tuple, list] = {}
+    paced: dict[tuple, list] = {}
+    try:
+        for variant in variants:
+            print(f"starting {variant}", file=sys.stderr, flush=True)
+            peers[variant] = Peer(variant, max_payload, context)
+            peers[variant].run(0, data[: 4 * min(chunks)], "raw", min(chunks), 0)
+        room = 1
+        cells = [(size, chunk, mode) for size in sizes for chunk in chunks for mode in modes]
+        plan = len(cells) * args.repeats * len(variants) + len(rates) * args.repeats * len(variants)
+        step = 0
+        for repeat in range(args.repeats):
+            for size, chunk, mode in cells:
+                for variant in variants:
+                    sample = peers[variant].run(room, data[:size], mode, chunk, 0)
+                    room, step = room + 1, step + 1
+                    unpaced.setdefault((variant, size, chunk, mode), []).append(sample)
+                    print(f"[{step}/{plan}] {variant} {size >> 20} MiB {chunk >> 10} KiB {mode} run {repeat + 1}: "
+                          f"{sample['gbps']:.2f} Gbps", file=sys.stderr, flush=True)
+            for rate in rates:
+                for variant in variants:
+                    paced_data = data[: int(args.paced_mib * (1 << 20))]
+                    sample = peers[variant].run(room, paced_data, "frames", min(chunks), rate)
+                    room, step = room + 1, step + 1
+                    paced.setdefault((variant, rate), []).append(sample)
+                    print(f"[{step}/{plan}] {variant} paced {rate:g} Gbps run {repeat + 1}: {sample['gbps']:.3f} Gbps",
+                          file=sys.stderr, flush=True)
+    finally:
+        for peer in peers.values():
+            peer.close()
+
+    print(f"frame MAC (keyed BLAKE2b-128, 1 MiB pieces): {costs['blake2b_s_per_gb']:.3f} CPU s/GB "
+          f"({8 / costs['blake2b_s_per_gb']:.1f} Gbit/s per core); memcpy {costs['memcpy_s_per_gb']:.3f} s/GB")
+    print(f"\nunpaced, 127.0.0.1, median of {args.repeats} (CPU: process seconds per GB, all threads)")
+    print(f"{'variant':>9} {'MiB':>5} {'chunk KiB':>9} {'mode':>6} {'Gbps':>7} {'vs zmq':>7} "
+          f"{'send s/GB':>9} {'recv s/GB':>9}")
+    rows = []
+    for (variant, size, chunk, mode), samples in unpaced.items():
+        row = {"variant": variant, "mib": size / (1 << 20), "chunk_kib": chunk // 1024, "mode": mode,
+               **median_row(samples), "samples": samples}
+        baseline = unpaced.get(("zmq", size, chunk, mode))
+        row["ratio_to_zmq"] = row["gbps"] / median_row(baseline)["gbps"] if baseline else None
+        rows.append(row)
+    for row in sorted(rows, key=lambda r: (r["mode"], r["mib"], r["chunk_kib"], r["variant"])):
+        ratio = f"{row['ratio_to_zmq']:.2f}" if row["ratio_to_zmq"] else "-"
+        print(f"{row['variant']:>9} {row['mib']:>5g} {row['chunk_kib']:>9} {row['mode']:>6} {row['gbps']:>7.2f} "
+              f"{ratio:>7} {row['sender_cpu_s_per_gb']:>9.2f} {row['receiver_cpu_s_per_gb']:>9.2f}")
+    paced_rows = []
+    if paced:
+        print(f"\npaced ({args.paced_mib:g} MiB, {min(chunks) >> 10} KiB chunks, frames mode), median of "
+              f"{args.repeats}")
+        print(f"{'variant':>9} {'set Gbps':>9} {'got Gbps':>9} {'ratio':>7}")
+        for (variant, rate), samples in paced.items():
+            row = {"variant": variant, "set_gbps": rate, **median_row(samples), "samples": samples}
+            row["ratio"] = row["gbps"] / rate
+            paced_rows.append(row)
+            print(f"{variant:>9} {rate:>9g} {row['gbps']:>9.3f} {row['ratio']:>7.3f}")
+    if args.json:
+        config = {"variants": variants, "sizes": sizes, "chunks": chunks, "modes": modes, "rates_gbps": rates,
+                  "paced_mib": args.paced_mib, "repeats": args.repeats, "cpu_count": os.cpu_count(),
+                  "loadavg_at_end": os.getloadavg(), "python": platform.python_version(),
+                  "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version()}
+        with open(args.json, "w") as handle:
+            json.dump({"config": config, "mac_cost": costs, "unpaced": rows, "paced": paced_rows}, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,375 @@
+"""One sender's path to one Mooncake listener: control connection, credits, and the write pipeline.
+
+A ``Link`` runs one thread. Messages queued by ``put`` (already copied into
+``Staging``) are written with the engine into slots the listener granted,
+several in flight, and notified in the order they were queued once their
+write has landed. Any deadline missed (handshake, credit, write, room in the
+queue) fails the link: queued messages are dropped and the failure is raised
+by the next ``put``; the owner then opens a new link.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import zmq
+
+from lynx.transfer.mooncake_control import (
+    NO_SLOT,
+    NONCE_BYTES,
+    Auth,
+    Challenge,
+    ControlError,
+    Grant,
+    Hello,
+    MooncakeEndpoint,
+    Notify,
+    Ping,
+    Reset,
+    Session,
+    decode,
+    encode,
+)
+from lynx.transfer.mooncake_engine import MooncakeEngine, WriteStatus
+from lynx.transfer.transport import TransportError
+
+logger = logging.getLogger(__name__)
+
+POLL_MIN_S, POLL_MAX_S = 50e-6, 800e-6
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    """What every link of a transport shares: the secret, the deadline, and the queue bound."""
+
+    key: bytes
+    timeout_s: float
+    max_queued: int
+
+
+class LinkState(enum.Enum):
+    """A link's life: CONNECTING -> READY -> (FAILED | CLOSED); FAILED -> CLOSED."""
+
+    CONNECTING = "connecting"
+    READY = "ready"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+class _LinkFailure(Exception):
+    """Ends a link; the message says why."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One message on its way: staged, then written into ``slot``, then notified."""
+
+    lengths: tuple[int, ...]
+    inline: tuple[bytes, ...]
+    nbytes: int
+    staging: int | None
+    slot: int = NO_SLOT
+    handle: int | None = None
+    written: bool = False
+    started_at: float = 0.0
+
+
+class Staging:
+    """Registered send buffers: ``slots`` slots of ``slot_bytes``, handed out one per message."""
+
+    def __init__(self, engine: MooncakeEngine, slots: int, slot_bytes: int) -> None:
+        self.slot_bytes = slot_bytes
+        self.buffer = np.zeros(slots * slot_bytes, dtype=np.uint8)
+        self.address = engine.register(self.buffer)
+        self._free = list(range(slots))
+        self._cond = threading.Condition()
+
+    def acquire(self, deadline: float, where: str) -> int:
+        with self._cond:
+            while not self._free:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TransportError(f"send to {where} timed out waiting for a staging buffer: "
+                                         "earlier messages are not getting through (peer dead, stalled or slow)")
+                self._cond.wait(remaining)
+            return self._free.pop()
+
+    def release(self, index: int | None) -> None:
+        if index is None:
+            return
+        with self._cond:
+            self._free.append(index)
+            self._cond.notify()
+
+    def fill(self, index: int, views: list[memoryview]) -> None:
+        slot = self.buffer[index * self.slot_bytes : (index + 1) * self.slot_bytes]
+        offset = 0
+        for view in views:
+            np.copyto(slot[offset : offset + len(view)], np.frombuffer(view, dtype=np.uint8))
+            offset += len(view)
+
+
+class Link:
+    """The path to one listener: its control connection, credits and write pipeline, run by one thread."""
+
+    def __init__(self, endpoint: MooncakeEndpoint, text: str, config: LinkConfig, engine: MooncakeEngine,
+                 staging: Staging, context: zmq.Context) -> None:
+        self.endpoint, self.text, self.timeout_s = endpoint, text, config.timeout_s
+        self._config, self._engine, self._staging, self._context = config, engine, staging, context
+        self._cond = threading.Condition()
+        self._jobs: deque[Job] = deque()
+        self._inflight: deque[Job] = deque()
+        self._state = LinkState.CONNECTING
+        self.error: str | None = None
+        self._pipe = os.pipe()
+        self._wake_read, self._wake_write = self._pipe
+        os.set_blocking(self._wake_read, False)
+        os.set_blocking(self._wake_write, False)
+        self._thread = threading.Thread(target=self._run, name="lynx-mooncake-link", daemon=True)
+        self._thread.start()
+
+    @property
+    def state(self) -> LinkState:
+        with self._cond:
+            return self._state
+
+    def put(self, job: Job, deadline: float) -> None:
+        """Queue a staged message; raise TransportError if the link failed or stays full past ``deadline``."""
+        with self._cond:
+            while self._state in (LinkState.CONNECTING, LinkState.READY) and (
+                len(self._jobs) + len(self._inflight) >= self._config.max_queued
+            ):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TransportError(f"send to {self.text} timed out: {len(self._jobs)} messages still queued")
+                self._cond.wait(remaining)
+            if self._state is LinkState.FAILED:
+                raise TransportError(self.error)
+            if self._state is LinkState.CLOSED:
+                raise TransportError(f"transport closed while sending to {self.text}")
+            self._jobs.append(job)
+        self._wake()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the link's thread has ended (then ``close`` returns at once)."""
+        return not self._thread.is_alive()
+
+    def close(self) -> None:
+        """Stop the thread (queued messages are dropped), wait for it, release the wake pipe; idempotent."""
+        self._transition(LinkState.CLOSED)
+        self._wake()
+        self._thread.join()
+        with self._cond:
+            pipe, self._pipe = self._pipe, ()
+        for fd in pipe:
+            os.close(fd)
+
+    def _transition(self, state: LinkState, error: str | None = None) -> None:
+        with self._cond:
+            if self._state is LinkState.CLOSED or (self._state is LinkState.FAILED and state is not LinkState.CLOSED):
+                return
+            self._state = state
+            if error is not None:
+                self.error = error
+            if state in (LinkState.FAILED, LinkState.CLOSED):
+                for job in self._jobs:
+                    self._staging.release(job.staging)
+                self._jobs.clear()
+            self._cond.notify_all()
+
+    def _wake(self) -> None:
+        with self._cond:
+            if not self._pipe:
+                return
+            try:
+                os.write(self._wake_write, b"x")
+            except BlockingIOError:
+                pass
+
+    def _run(self) -> None:
+        socket = self._context.socket(zmq.DEALER)
+        for option, value in ((zmq.LINGER, 0), (zmq.IMMEDIATE, 1), (zmq.SNDHWM, 1024), (zmq.RCVHWM, 1024),
+                              (zmq.SNDTIMEO, max(1, round(self.timeout_s * 1000))), (zmq.MAXMSGSIZE, 1 << 16)):
+            socket.setsockopt(option, value)
+        poller = zmq.Poller()
+        poller.register(socket, zmq.POLLIN)
+        poller.register(self._wake_read, zmq.POLLIN)
+        failed = False
+        try:
+            socket.connect(self.endpoint.control)
+            session = self._handshake(socket, poller)
+            self._transition(LinkState.READY)
+            self._pump(socket, poller, session)
+        except _LinkFailure as exc:
+            failed = True
+            self._transition(LinkState.FAILED, f"Mooncake send to {self.text} failed: {exc}")
+        except Exception as exc:
+            failed = True
+            logger.exception("Mooncake link to %s crashed", self.text)
+            self._transition(LinkState.FAILED, f"Mooncake send to {self.text} failed: {type(exc).__name__}: {exc}")
+        finally:
+            socket.close(linger=0)
+            self._settle(drain=failed)
+
+    def _handshake(self, socket: zmq.Socket, poller: zmq.Poller) -> Session:
+        deadline = time.monotonic() + self.timeout_s
+        nonce = os.urandom(NONCE_BYTES)
+        self._send(socket, Hello(nonce))
+        challenge = self._expect(socket, poller, Challenge, deadline)
+        session = Session(self._config.key, nonce, challenge.nonce)
+        if not session.challenge_ok(challenge.tag):
+            raise _LinkFailure("the listener does not hold our shared secret (challenge MAC mismatch)")
+        self._send(socket, Auth(session.auth_tag()))
+        return session
+
+    def _expect(self, socket: zmq.Socket, poller: zmq.Poller, kind: type, deadline: float):
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _LinkFailure(f"no answer from the listener within {self.timeout_s:g} s: dead or unreachable")
+            if self._closing():
+                raise _LinkFailure("closed")
+            if socket in dict(poller.poll(max(1, round(remaining * 1000)))):
+                message = self._receive(socket)
+                if isinstance(message, kind):
+                    return message
+                if isinstance(message, Ping):
+                    continue
+                raise _LinkFailure(f"expected {kind.__name__} from the listener, got {type(message).__name__}")
+            self._clear_wake()
+
+    def _pump(self, socket: zmq.Socket, poller: zmq.Poller, session: Session) -> None:
+        """Move messages: grants in, writes out, notifications in order; fail on any deadline."""
+        credits: deque[int] = deque()
+        grant_seq = notify_seq = 0
+        starved_since: float | None = None
+        interval = POLL_MIN_S
+        while not self._closing():
+            while socket.poll(0):
+                message = self._receive(socket)
+                if isinstance(message, Ping):
+                    continue
+                if not isinstance(message, Grant):
+                    raise _LinkFailure(f"unexpected {type(message).__name__} from the listener")
+                grant_seq = self._accept_grant(session, message, grant_seq, credits)
+            pending, landed = self._poll_writes()
+            while self._inflight and self._inflight[0].written:
+                job = self._inflight[0]
+                self._send(socket, session.sign(Notify(notify_seq, job.slot, job.lengths, job.inline)))
+                notify_seq += 1
+                with self._cond:
+                    self._inflight.popleft()
+                    self._cond.notify_all()
+            started = self._start_writes(credits)
+            now = time.monotonic()
+            with self._cond:
+                waiting = bool(self._jobs)
+            starved_since = (starved_since or now) if waiting and not started else None
+            if starved_since is not None and now - starved_since > self.timeout_s:
+                raise _LinkFailure(f"no credit from the listener for {self.timeout_s:g} s: it is not reading or gone")
+            if pending:
+                if pending[0].started_at + self.timeout_s < now:
+                    raise _LinkFailure(f"a {pending[0].nbytes}-byte write did not complete within {self.timeout_s:g} s")
+                interval = POLL_MIN_S if landed or started else min(2 * interval, POLL_MAX_S)
+                time.sleep(interval)
+            elif not started:
+                poller.poll(max(1, round(self.timeout_s * 250)))
+                self._clear_wake()
+
+    def _accept_grant(self, session: Session, grant: Grant, seq: int, credits: deque[int]) -> int:
+        if not session.check(grant) or grant.seq != seq:
+            raise _LinkFailure("the listener sent a grant with a bad MAC or out of order")
+        if any(slot >= self.endpoint.slots or slot in credits for slot in grant.slots):
+            raise _LinkFailure(f"the listener granted slots {grant.slots} outside its arena or twice")
+        credits.extend(grant.slots)
+        return seq + 1
+
+    def _poll_writes(self) -> tuple[list[Job], bool]:
+        """Poll writes in flight; return those still pending and whether any landed. A failed write fails the link."""
+        pending, landed = [], False
+        for job in self._inflight:
+            if job.handle is None or job.written:
+                continue
+            status = self._engine.status(job.handle)
+            if status is WriteStatus.FAILED:
+                job.handle = None
+                raise _LinkFailure(f"Mooncake failed a {job.nbytes}-byte write to {self.endpoint.session}")
+            if status is WriteStatus.DONE:
+                job.written, job.handle, landed = True, None, True
+                self._staging.release(job.staging)
+                job.staging = None
+            else:
+                pending.append(job)
+        return pending, landed
+
+    def _start_writes(self, credits: deque[int]) -> bool:
+        started = False
+        while True:
+            with self._cond:
+                if not self._jobs or (self._jobs[0].nbytes and not credits):
+                    return started
+                job = self._jobs.popleft()
+                self._inflight.append(job)
+            started = True
+            if not job.nbytes:
+                job.written = True
+                continue
+            job.slot, job.started_at = credits.popleft(), time.monotonic()
+            staging = self._staging
+            source = staging.address + job.staging * staging.slot_bytes
+            job.handle = self._engine.write(self.endpoint.session, source, self.endpoint.slot_address(job.slot),
+                                            job.nbytes)
+
+    def _settle(self, drain: bool) -> None:
+        """Release the staging of messages in flight; after a failure, first let their writes end."""
+        deadline = time.monotonic() + (self.timeout_s if drain else 0.0)
+        with self._cond:
+            inflight = list(self._inflight)
+            self._inflight.clear()
+            self._cond.notify_all()
+        for job in inflight:
+            while job.handle is not None and time.monotonic() < deadline and not self._closing():
+                status = self._engine.status(job.handle)
+                if status is not WriteStatus.PENDING:
+                    job.handle = None
+                else:
+                    time.sleep(1e-3)
+            if job.handle is not None:
+                if drain:
+                    logger.error("a Mooncake write to %s never ended; its staging buffer is retired", self.text)
+                continue
+            self._staging.release(job.staging)
+
+    def _send(self, socket: zmq.Socket, message) -> None:
+        try:
+            socket.send_multipart(encode(message))
+        except zmq.Again as exc:
+            raise _LinkFailure(f"the listener's control socket took nothing for {self.timeout_s:g} s") from exc
+
+    def _receive(self, socket: zmq.Socket):
+        try:
+            message = decode(socket.recv_multipart(zmq.NOBLOCK))
+        except ControlError as exc:
+            raise _LinkFailure(f"malformed control message from the listener: {exc}") from exc
+        if isinstance(message, Reset):
+            raise _LinkFailure(f"the listener ended the session: {message.reason}")
+        return message
+
+    def _closing(self) -> bool:
+        with self._cond:
+            return self._state is LinkState.CLOSED
+
+    def _clear_wake(self) -> None:
+        try:
+            while os.read(self._wake_read, 4096):
+                pass
+        except BlockingIOError:
+            pass

@@ -1,0 +1,369 @@
+"""The receiving end of the Mooncake transport: a registered arena of slots, credits, and a control socket.
+
+Memory is bounded by the arena (``slots * slot_bytes``, registered once with
+this listener's own engine) plus ZeroMQ's bounded control queues, whatever
+peers do: a sender writes only into slots granted to it, and a slot is
+granted again only after ``recv`` is done with it.
+
+What is authenticated (the threat model):
+
+* Control plane: a sender proves it holds the shared secret by answering a
+  fresh challenge (and the listener proves it back); every grant and
+  notification then carries a MAC bound to the session and its sequence
+  number. A peer without the secret can neither make ``recv`` return bytes
+  from the arena nor hold slots: its messages are dropped and counted.
+* Data plane: Mooncake itself authenticates nothing. Anyone who can reach
+  the engine's ports (open on every interface) can read or overwrite the
+  registered arena, though never memory outside it. Frames therefore keep
+  their own MAC (``frames.decode_frame``), which the receiver checks on the
+  copy it owns: with ``copy=True`` (default) a forged or overwritten payload
+  fails authentication; it cannot be forged. Confidentiality needs a trusted
+  fabric (or a firewall on the engine's ports): the bytes cross in clear.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import zmq
+
+from lynx.transfer.mooncake_control import (
+    NO_SLOT,
+    NONCE_BYTES,
+    Auth,
+    Challenge,
+    ControlError,
+    Grant,
+    Hello,
+    MooncakeEndpoint,
+    Notify,
+    Ping,
+    Reset,
+    Session,
+    decode,
+    encode,
+    is_inline,
+)
+from lynx.transfer.mooncake_engine import MooncakeEngine
+from lynx.transfer.transport import Listener, TransportError
+
+logger = logging.getLogger(__name__)
+
+MAX_PENDING_HANDSHAKES = 64
+MAX_CONTROL_PART = 1 << 16
+PROBE_INTERVAL_S = 1.0
+
+
+@dataclass
+class _Peer:
+    """An authenticated sender: its session MACs, sequence numbers and the slots it may write."""
+
+    session: Session
+    granted: set[int] = field(default_factory=set)
+    next_notify: int = 0
+    next_grant: int = 0
+
+
+@dataclass(frozen=True)
+class ListenerStats:
+    """Counters of a ``MooncakeListener``.
+
+    Attributes:
+        sessions: authenticated senders connected now.
+        free_slots: slots neither granted, held by the caller, nor quarantined.
+        messages: messages returned by ``recv``.
+        rejected: control messages dropped (malformed, unauthenticated, out of order).
+    """
+
+    sessions: int
+    free_slots: int
+    messages: int
+    rejected: int
+
+
+class MooncakeListener(Listener):
+    """Receives messages written by ``MooncakeTransport`` senders into this listener's arena.
+
+    Args:
+        key: shared secret for the control plane's MACs (``b""``: unkeyed, no authentication).
+        host: address the control socket binds and the engine advertises.
+        port: control port (0: any free port).
+        protocol, device: the engine's transport (``tcp``; ``rdma`` on clusters).
+        slots, slot_bytes: the arena; a message's large parts (over
+            ``mooncake_control.INLINE_MAX`` bytes each) must fit one slot.
+        slots_per_peer: credits one sender holds at most (its write pipeline depth).
+        copy: the ownership rule of ``recv``'s parts. True (default): every
+            part is ``bytes`` the caller owns; the slot is granted again
+            before ``recv`` returns. False: large parts are read-only
+            memoryviews into the arena, valid until the next ``recv`` or
+            ``close`` (the slot is then granted again and will be
+            overwritten); anyone who can reach the engine's ports can change
+            those bytes while the caller holds them, so verify-then-use is
+            only sound on a trusted fabric.
+        max_peers: authenticated senders at most; more are refused.
+        quarantine_s: slots granted to a sender that vanished rest this long
+            before being granted again (a late write of the dead sender may
+            still land in them). A sender has vanished when its control
+            connection closed (probed every ``PROBE_INTERVAL_S`` during
+            ``recv``; ZeroMQ heartbeats close a silent one within about 5 s)
+            or it broke the protocol.
+
+    ``recv`` does the listener's work (handshakes, credits): call it
+    continuously from one thread.
+    """
+
+    def __init__(
+        self,
+        key: bytes,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        protocol: str = "tcp",
+        device: str = "",
+        slots: int = 16,
+        slot_bytes: int = 4 << 20,
+        slots_per_peer: int = 8,
+        copy: bool = True,
+        max_peers: int = 64,
+        quarantine_s: float = 10.0,
+    ) -> None:
+        for name, value in (("slots", slots), ("slot_bytes", slot_bytes), ("slots_per_peer", slots_per_peer),
+                            ("max_peers", max_peers)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if slots >= NO_SLOT:
+            raise ValueError(f"slots must be below {NO_SLOT}")
+        if not quarantine_s >= 0:
+            raise ValueError(f"quarantine_s must be >= 0, got {quarantine_s!r}")
+        if not isinstance(key, (bytes, bytearray)):
+            raise ValueError(f"key must be bytes, got {type(key).__name__}")
+        self._key, self._copy = bytes(key), copy
+        self.slots_per_peer, self.max_peers, self.quarantine_s = min(slots_per_peer, slots), max_peers, quarantine_s
+        self._slot_bytes = slot_bytes
+        self._engine = MooncakeEngine(host, protocol, device)
+        self._context = zmq.Context()
+        try:
+            self._arena = np.zeros(slots * slot_bytes, dtype=np.uint8)
+            arena_address = self._engine.register(self._arena)
+            self._socket = self._control_socket(host, port)
+        except BaseException:
+            self._context.term()
+            self._engine.close()
+            raise
+        self._endpoint = str(MooncakeEndpoint(
+            self._engine.session, protocol, self._socket.getsockopt_string(zmq.LAST_ENDPOINT), arena_address,
+            slots, slot_bytes,
+        ))
+        self._poller = zmq.Poller()
+        self._poller.register(self._socket, zmq.POLLIN)
+        self._peers: dict[bytes, _Peer] = {}
+        self._handshakes: OrderedDict[bytes, tuple[bytes, bytes]] = OrderedDict()
+        self._free: deque[int] = deque(range(slots))
+        self._quarantine: deque[tuple[float, int]] = deque()
+        self._held: int | None = None
+        self._messages = self._rejected = 0
+        self._next_probe = time.monotonic() + PROBE_INTERVAL_S
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def endpoint(self) -> str:
+        """``mooncake://host:port?...`` (see ``MooncakeEndpoint``)."""
+        return self._endpoint
+
+    def stats(self) -> ListenerStats:
+        with self._lock:
+            return ListenerStats(len(self._peers), len(self._free), self._messages, self._rejected)
+
+    def recv(self, timeout_s: float) -> list[bytes | memoryview] | None:
+        """The next message's parts (see ``copy`` for who owns them), or None after ``timeout_s`` seconds."""
+        with self._lock:
+            if self._closed:
+                raise TransportError(f"listener {self._endpoint} is closed")
+            if self._held is not None:
+                self._free_slot(self._held)
+                self._held = None
+            deadline = time.monotonic() + max(0.0, timeout_s)
+            while True:
+                now = time.monotonic()
+                self._thaw(now)
+                if now >= self._next_probe:
+                    self._next_probe = now + PROBE_INTERVAL_S
+                    for peer_id in list(self._peers):
+                        self._send(peer_id, Ping())
+                wait = min(deadline, self._next_probe) - now
+                if self._quarantine:
+                    wait = min(wait, self._quarantine[0][0] - now)
+                if self._poller.poll(max(0, round(wait * 1000))):
+                    parts = self._handle(self._socket.recv_multipart(zmq.NOBLOCK))
+                    if parts is not None:
+                        self._messages += 1
+                        return parts
+                if time.monotonic() >= deadline:
+                    return None
+
+    def close(self) -> None:
+        """Close the control socket and stop the engine; idempotent. Views from ``recv`` stay readable."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._socket.close(linger=0)
+            self._context.term()
+            self._engine.close()
+
+    def _control_socket(self, host: str, port: int) -> zmq.Socket:
+        socket = self._context.socket(zmq.ROUTER)
+        try:
+            for option, value in ((zmq.LINGER, 0), (zmq.ROUTER_MANDATORY, 1), (zmq.MAXMSGSIZE, MAX_CONTROL_PART),
+                                  (zmq.RCVHWM, 256), (zmq.SNDHWM, 1024), (zmq.HEARTBEAT_IVL, 1000),
+                                  (zmq.HEARTBEAT_TIMEOUT, 5000)):
+                socket.setsockopt(option, value)
+            socket.bind(f"tcp://{host}:{port or '*'}")
+        except zmq.ZMQError as exc:
+            socket.close(linger=0)
+            raise TransportError(f"cannot listen on tcp://{host}:{port}: {exc}") from exc
+        return socket
+
+    def _handle(self, parts: list[bytes]) -> list | None:
+        """Act on one control message; return a data message's parts, else None."""
+        peer_id, body = parts[0], parts[1:]
+        try:
+            message = decode(body)
+        except ControlError as exc:
+            return self._reject(peer_id, str(exc))
+        if isinstance(message, Hello):
+            return self._hello(peer_id, message)
+        if isinstance(message, Auth):
+            return self._auth(peer_id, message)
+        if isinstance(message, Notify):
+            return self._notify(peer_id, message)
+        if isinstance(message, Reset):
+            self._drop(peer_id, None)
+            return None
+        return self._reject(peer_id, f"a sender may not send {type(message).__name__}")
+
+    def _hello(self, peer_id: bytes, hello: Hello) -> None:
+        if peer_id in self._peers:
+            return self._reject(peer_id, "hello inside an established session")
+        nonce = os.urandom(NONCE_BYTES)
+        self._handshakes.pop(peer_id, None)
+        self._handshakes[peer_id] = (hello.nonce, nonce)
+        while len(self._handshakes) > MAX_PENDING_HANDSHAKES:
+            self._handshakes.popitem(last=False)
+        self._send(peer_id, Challenge(nonce, Session(self._key, hello.nonce, nonce).challenge_tag()))
+        return None
+
+    def _auth(self, peer_id: bytes, auth: Auth) -> None:
+        nonces = self._handshakes.pop(peer_id, None)
+        if nonces is None:
+            return self._reject(peer_id, "auth without a pending challenge")
+        session = Session(self._key, *nonces)
+        if not session.auth_ok(auth.tag):
+            self._reject(peer_id, "auth failed: the sender does not hold the shared secret")
+            self._send(peer_id, Reset("authentication failed: the shared secrets differ"))
+            return None
+        if len(self._peers) >= self.max_peers:
+            self._send(peer_id, Reset(f"too many senders (max_peers={self.max_peers})"))
+            return None
+        self._peers[peer_id] = _Peer(session)
+        self._distribute()
+        return None
+
+    def _notify(self, peer_id: bytes, notify: Notify) -> list | None:
+        peer = self._peers.get(peer_id)
+        if peer is None:
+            self._reject(peer_id, "notification outside a session")
+            self._send(peer_id, Reset("no session: handshake first"))
+            return None
+        if not peer.session.check(notify):
+            return self._reject(peer_id, "notification MAC mismatch")
+        if notify.seq != peer.next_notify:
+            return self._reject(peer_id, f"notification {notify.seq} out of order (expected {peer.next_notify})")
+        arena_bytes = sum(length for length in notify.lengths if not is_inline(length))
+        if notify.slot != NO_SLOT and (notify.slot not in peer.granted or arena_bytes > self._slot_bytes):
+            return self._reject(peer_id, f"notification for slot {notify.slot} not granted or over {self._slot_bytes} bytes")
+        peer.next_notify += 1
+        inline, offset = iter(notify.inline), notify.slot * self._slot_bytes
+        parts: list[bytes | memoryview] = []
+        for length in notify.lengths:
+            if is_inline(length):
+                parts.append(next(inline))
+            else:
+                view = self._arena[offset : offset + length]
+                parts.append(view.tobytes() if self._copy else memoryview(view).toreadonly())
+                offset += length
+        if notify.slot != NO_SLOT:
+            peer.granted.discard(notify.slot)
+            if self._copy:
+                self._free_slot(notify.slot)
+            else:
+                self._held = notify.slot
+        return parts
+
+    def _reject(self, peer_id: bytes, reason: str) -> None:
+        """Count and drop a bad control message; a session that sent one ends."""
+        self._rejected += 1
+        logger.debug("Mooncake listener dropped a control message: %s", reason)
+        if peer_id in self._peers:
+            logger.warning("Mooncake listener ends a sender's session: %s", reason)
+            self._drop(peer_id, reason)
+        return None
+
+    def _drop(self, peer_id: bytes, reason: str | None) -> None:
+        """Forget a sender; its granted slots rest in quarantine. ``reason`` None: it left."""
+        self._handshakes.pop(peer_id, None)
+        peer = self._peers.pop(peer_id, None)
+        if peer is None:
+            return
+        release_at = time.monotonic() + self.quarantine_s
+        self._quarantine.extend((release_at, slot) for slot in sorted(peer.granted))
+        if reason is not None:
+            self._send(peer_id, Reset(reason))
+
+    def _thaw(self, now: float) -> None:
+        thawed = False
+        while self._quarantine and self._quarantine[0][0] <= now:
+            self._free.append(self._quarantine.popleft()[1])
+            thawed = True
+        if thawed:
+            self._distribute()
+
+    def _free_slot(self, slot: int) -> None:
+        self._free.append(slot)
+        self._distribute()
+
+    def _distribute(self) -> None:
+        """Grant free slots round-robin to senders below ``slots_per_peer``, fewest held first."""
+        grants: dict[bytes, list[int]] = {}
+        hungry = sorted((p for p in self._peers.items() if len(p[1].granted) < self.slots_per_peer),
+                        key=lambda item: len(item[1].granted))
+        while self._free and hungry:
+            for peer_id, peer in list(hungry):
+                if not self._free:
+                    break
+                slot = self._free.popleft()
+                peer.granted.add(slot)
+                grants.setdefault(peer_id, []).append(slot)
+                if len(peer.granted) >= self.slots_per_peer:
+                    hungry.remove((peer_id, peer))
+        for peer_id, slots in grants.items():
+            peer = self._peers[peer_id]
+            grant = peer.session.sign(Grant(peer.next_grant, tuple(slots)))
+            peer.next_grant += 1
+            self._send(peer_id, grant)
+
+    def _send(self, peer_id: bytes, message) -> None:
+        """Send without blocking; a sender that cannot take it (gone, not reading) is dropped."""
+        try:
+            self._socket.send_multipart([peer_id, *encode(message)], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            if peer_id in self._peers:
+                logger.info("Mooncake listener drops a sender it cannot reach (gone or not reading): %s", exc)
+                self._drop(peer_id, None)
