@@ -1,0 +1,328 @@
+"""Cluster-scale TTFT estimate per `--lynx-mode`, from KV geometry, link rate and measured rates.
+
+Every figure this module prints is an **estimate**: a model fed with
+measured pieces (prefill throughput, codec throughput), not a measurement.
+
+Notation: L layers, H KV heads, D head dim, b bytes per KV element, T prompt
+tokens, R link rate (Gbit/s), P prefill throughput (tokens/s), E and Dq the
+codec's encode and decode throughput (GB/s of the KV as stored, the unit of
+``benchmark/codec_throughput.py``), N pipeline units (layers by default).
+
+    B_raw  = L * T * 2 * H * D * b                 KV as stored, bytes
+    B_s    = L * stream_bytes_s(T)                 stream s of the mode's wire format, bytes
+                                                   (from CodecSpec; ~ L * T * bytes_per_token_s)
+    B_crit = bf16: B_raw   int8: B_0 (one 8-bit stream, decode waits for all of it)
+             int4: B_0 (anchor only)   lynx: B_0 (anchor; the residual follows off the critical path)
+    t_p = T / P        t_e = B_raw / E        t_x = 8 * B_crit / (R * 1e9)        t_d = B_raw / Dq
+                       (t_e = t_d = 0 in bf16 mode: no codec)
+
+    sequential (transfer after prefill):  TTFT = t_p + t_e + t_x + t_d + t_step
+    overlapped (N-unit pipeline):         TTFT = max(t_p, t_e, t_x, t_d) * (N - 1) / N
+                                                 + (t_p + t_e + t_x + t_d) / N + t_step
+
+The overlapped form is a flow shop of N equal units (layers or chunks)
+through prefill, encode, link and decode: the slowest stage dominates
+(``max(prefill, transfer)``) and the others add one unit each as a tail.
+``t_step`` is one decode step. For `lynx` mode the time at which every stream
+has landed (verified output may flow) is the same formula with ``B_crit``
+replaced by the sum of all streams, and no ``t_d``. Not modelled: attention's
+growth of prefill cost with T (pass P measured at that length), anchor
+preemption latency of one residual chunk, protocol overheads, queueing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+
+import torch
+
+from lynx.kvwire import KVShape, WireFormat
+
+MODES = ("bf16", "int8", "int4", "lynx")
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+@dataclass(frozen=True)
+class KVGeometry:
+    """Shape of a model's KV cache: per layer and token, K and V are ``[kv_heads, head_dim]``."""
+
+    name: str
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: str = "bfloat16"
+
+    def __post_init__(self) -> None:
+        for field in ("num_layers", "kv_heads", "head_dim"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{field} must be a positive int, got {value!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    @property
+    def dtype_bytes(self) -> int:
+        return self.torch_dtype.itemsize
+
+    def raw_bytes(self, tokens: int) -> int:
+        """Bytes of `tokens` tokens of KV as stored, all layers, K and V."""
+        return self.num_layers * tokens * 2 * self.kv_heads * self.head_dim * self.dtype_bytes
+
+
+GEOMETRIES = {
+    g.name: g
+    for g in (
+        KVGeometry("llama-3.1-8b", 32, 8, 128),
+        KVGeometry("llama-3.1-70b", 80, 8, 128),
+        KVGeometry("smollm2-135m", 30, 3, 64),
+        KVGeometry("qwen2.5-coder-0.5b", 24, 2, 64),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One prompt on one link with measured rates.
+
+    Attributes:
+        tokens: prompt length T.
+        link_gbps: link rate R, Gbit/s (1e9 bits per second).
+        prefill_tok_s: prefill throughput P, tokens per second.
+        encode_gbps, decode_gbps: codec throughput, GB/s (1e9 bytes) of KV as
+            stored; ``math.inf`` leaves the codec's time out.
+        decode_step_s: seconds of one decode step.
+        pipeline_units: N of the overlapped form; None means one per layer.
+    """
+
+    tokens: int
+    link_gbps: float
+    prefill_tok_s: float
+    encode_gbps: float = math.inf
+    decode_gbps: float = math.inf
+    decode_step_s: float = 0.0
+    pipeline_units: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tokens, int) or isinstance(self.tokens, bool) or self.tokens < 1:
+            raise ValueError(f"tokens must be a positive int, got {self.tokens!r}")
+        for field in ("link_gbps", "prefill_tok_s", "encode_gbps", "decode_gbps"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{field} must be a number > 0, got {value!r}")
+        if not isinstance(self.decode_step_s, (int, float)) or not 0 <= self.decode_step_s < math.inf:
+            raise ValueError(f"decode_step_s must be a finite number >= 0, got {self.decode_step_s!r}")
+        units = self.pipeline_units
+        if units is not None and (not isinstance(units, int) or isinstance(units, bool) or units < 1):
+            raise ValueError(f"pipeline_units must be a positive int or None, got {units!r}")
+
+
+@dataclass(frozen=True)
+class ModeEstimate:
+    """Estimated TTFT of one mode (seconds; bytes for the whole prompt, all layers)."""
+
+    mode: str
+    tokens: int
+    link_gbps: float
+    stream_bytes_per_token: tuple[float, ...]
+    critical_bytes: int
+    total_bytes: int
+    prefill_s: float
+    encode_s: float
+    transfer_s: float
+    decode_s: float
+    ttft_sequential_s: float
+    ttft_overlapped_s: float
+    all_streams_sequential_s: float
+    all_streams_overlapped_s: float
+
+    @property
+    def transfer_to_prefill(self) -> float:
+        """Ratio of the critical transfer's time to the prefill's."""
+        return self.transfer_s / self.prefill_s
+
+
+def sequential_s(stages: tuple[float, ...], step_s: float) -> float:
+    """Stages one after another, then one decode step."""
+    return sum(stages) + step_s
+
+
+def overlapped_s(stages: tuple[float, ...], units: int, step_s: float) -> float:
+    """N-unit flow shop: ``max(stages) * (N - 1) / N + sum(stages) / N``, then one decode step."""
+    return max(stages) * (units - 1) / units + sum(stages) / units + step_s
+
+
+def mode_streams(
+    geometry: KVGeometry, tokens: int, mode: str, preset: str
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Bytes of each stream for the whole prompt, and bytes per token of each stream (all layers).
+
+    Both come from the codec (`WireFormat`, `CodecSpec`); bf16 is the KV as stored.
+    """
+    wire = WireFormat.for_mode(mode, preset)
+    shape = KVShape(geometry.num_layers, tokens, geometry.kv_heads, geometry.head_dim, geometry.torch_dtype)
+    per_layer = wire.layer_stream_bytes(shape)
+    if wire.spec is None:
+        per_token = (float(2 * geometry.kv_heads * geometry.head_dim * geometry.dtype_bytes),)
+    else:
+        per_token = wire.spec.bytes_per_token(geometry.kv_heads, geometry.head_dim, geometry.torch_dtype)
+    layers = geometry.num_layers
+    return tuple(layers * b for b in per_layer), tuple(layers * b for b in per_token)
+
+
+def estimate(geometry: KVGeometry, scenario: Scenario, mode: str, preset: str = "int8") -> ModeEstimate:
+    """The estimate of one mode (`preset` is the codec of `lynx` mode); see the module docstring."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    streams, per_token = mode_streams(geometry, scenario.tokens, mode, preset)
+    critical = streams[0] if mode in ("int4", "lynx") else sum(streams)
+    raw = geometry.raw_bytes(scenario.tokens)
+    prefill = scenario.tokens / scenario.prefill_tok_s
+    encode = 0.0 if mode == "bf16" else raw / (scenario.encode_gbps * 1e9)
+    decode = 0.0 if mode == "bf16" else raw / (scenario.decode_gbps * 1e9)
+    link = scenario.link_gbps * 1e9 / 8
+    transfer, transfer_all = critical / link, sum(streams) / link
+    units = scenario.pipeline_units or geometry.num_layers
+    step = scenario.decode_step_s
+    stages, all_stages = (prefill, encode, transfer, decode), (prefill, encode, transfer_all)
+    return ModeEstimate(
+        mode=mode,
+        tokens=scenario.tokens,
+        link_gbps=scenario.link_gbps,
+        stream_bytes_per_token=per_token,
+        critical_bytes=critical,
+        total_bytes=sum(streams),
+        prefill_s=prefill,
+        encode_s=encode,
+        transfer_s=transfer,
+        decode_s=decode,
+        ttft_sequential_s=sequential_s(stages, step),
+        ttft_overlapped_s=overlapped_s(stages, units, step),
+        all_streams_sequential_s=sequential_s(all_stages, 0.0),
+        all_streams_overlapped_s=overlapped_s(all_stages, units, 0.0),
+    )
+
+
+def _csv(kind):
+    def parse(text: str):
+        try:
+            values = [kind(part) for part in text.split(",") if part.strip()]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not values:
+            raise argparse.ArgumentTypeError("expected a comma-separated list")
+        return values
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m lynx.estimate",
+        description="Estimate TTFT per --lynx-mode at cluster scale (an estimate, not a measurement).",
+    )
+    add = parser.add_argument
+    add("--model", choices=sorted(GEOMETRIES), default="llama-3.1-8b", help="KV geometry preset.")
+    add("--layers", type=int, help="Override the preset's layer count.")
+    add("--kv-heads", type=int, help="Override the preset's KV heads.")
+    add("--head-dim", type=int, help="Override the preset's head dim.")
+    add("--dtype", choices=DTYPES, help="Override the KV dtype (default bfloat16).")
+    add("--tokens", type=_csv(int), default=[8192, 32768, 131072], help="Prompt lengths.")
+    add("--gbps", type=_csv(float), default=[10.0, 25.0, 100.0, 400.0], help="Link rates, Gbit/s.")
+    add("--prefill-tok-s", type=float, required=True, help="Prefill throughput, tokens/s.")
+    add("--encode-gbps", type=float, default=math.inf, help="Codec encode, GB/s of KV (default: free).")
+    add("--decode-gbps", type=float, default=math.inf, help="Codec decode, GB/s of KV (default: free).")
+    add("--decode-step-ms", type=float, default=0.0, help="One decode step, ms (default 0).")
+    add("--pipeline-units", type=int, help="Units of the overlapped pipeline (default: layers).")
+    add("--preset", default="int8", help="Codec preset of lynx mode (default int8).")
+    add("--json", action="store_true", help="Print JSON instead of the table.")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    base = GEOMETRIES[args.model]
+    changed = any((args.layers, args.kv_heads, args.head_dim, args.dtype))
+    try:
+        geometry = KVGeometry(
+            f"{base.name} (modified)" if changed else base.name,
+            args.layers or base.num_layers,
+            args.kv_heads or base.kv_heads,
+            args.head_dim or base.head_dim,
+            args.dtype or base.dtype,
+        )
+        rows = []
+        for tokens in args.tokens:
+            for gbps in args.gbps:
+                scenario = Scenario(
+                    tokens, gbps, args.prefill_tok_s, args.encode_gbps, args.decode_gbps,
+                    args.decode_step_ms / 1e3, args.pipeline_units,
+                )  # fmt: skip
+                rows += [estimate(geometry, scenario, mode, args.preset) for mode in MODES]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(_as_json(args, geometry, rows), indent=1) if args.json else _table(args, geometry, rows))
+    return 0
+
+
+def _header(args, geometry: KVGeometry) -> str:
+    if math.isinf(args.encode_gbps) and math.isinf(args.decode_gbps):
+        codec = "codec time not counted"
+    else:
+        codec = f"codec encode {args.encode_gbps:g} GB/s, decode {args.decode_gbps:g} GB/s"
+    return (
+        f"ESTIMATE (model, not a measurement): {geometry.name}, {geometry.num_layers} layers, "
+        f"{geometry.kv_heads} KV heads x {geometry.head_dim}, {geometry.dtype}; "
+        f"prefill {args.prefill_tok_s:g} tok/s; {codec}; decode step {args.decode_step_ms:g} ms; "
+        f"lynx preset {args.preset}"
+    )
+
+
+_COLUMNS = (
+    ("tokens", 7), ("Gbps", 6), ("mode", -5), ("B/token/stream", -15), ("critical MiB", 12),
+    ("xfer/prefill", 12), ("est TTFT seq s", 14), ("est TTFT ovl s", 14), ("all streams ovl s", 17),
+)  # fmt: skip
+
+
+def _table(args, geometry: KVGeometry, rows: list[ModeEstimate]) -> str:
+    def line(cells) -> str:
+        return " ".join(f"{c:<{-w}}" if w < 0 else f"{c:>{w}}" for c, (_, w) in zip(cells, _COLUMNS))
+
+    lines = [_header(args, geometry), "", line(name for name, _ in _COLUMNS)]
+    for r in rows:
+        lines.append(line((
+            r.tokens, f"{r.link_gbps:g}", r.mode, "+".join(f"{b:g}" for b in r.stream_bytes_per_token),
+            f"{r.critical_bytes / 2**20:.1f}", f"{r.transfer_to_prefill:.3f}",
+            f"{r.ttft_sequential_s:.4f}", f"{r.ttft_overlapped_s:.4f}", f"{r.all_streams_overlapped_s:.4f}",
+        )))  # fmt: skip
+    lines += ["", "seq: transfer after prefill; ovl: pipelined with prefill per layer. All figures are estimates."]
+    return "\n".join(lines)
+
+
+def _as_json(args, geometry: KVGeometry, rows: list[ModeEstimate]) -> dict:
+    return {
+        "kind": "estimate",
+        "note": "modelled from KV geometry, link rate and measured rates; not a measurement",
+        "geometry": asdict(geometry),
+        "prefill_tok_s": args.prefill_tok_s,
+        "encode_gbps": None if math.isinf(args.encode_gbps) else args.encode_gbps,
+        "decode_gbps": None if math.isinf(args.decode_gbps) else args.decode_gbps,
+        "decode_step_s": args.decode_step_ms / 1e3,
+        "pipeline_units": args.pipeline_units or geometry.num_layers,
+        "lynx_preset": args.preset,
+        "rows": [
+            {"kind": "estimate", **asdict(r), "transfer_to_prefill": r.transfer_to_prefill} for r in rows
+        ],
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
