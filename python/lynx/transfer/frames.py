@@ -15,6 +15,8 @@ import hmac
 import struct
 from dataclasses import dataclass
 
+from lynx.transfer.keys import root_key
+
 FRAME_VERSION = 1
 MAGIC = b"LYNX"
 AUX_STREAM = 255
@@ -188,7 +190,7 @@ def peek_room(parts: list[bytes]) -> int | None:
 
 def sign(key: bytes, *fields: bytes) -> bytes:
     """A 16-byte MAC over length-prefixed ``fields`` (control messages: handshake, registration)."""
-    digest = hashlib.blake2b(digest_size=MAC_BYTES, key=_mac_key(key), person=_CONTROL_PERSON)
+    digest = hashlib.blake2b(digest_size=MAC_BYTES, key=root_key(key), person=_CONTROL_PERSON)
     for field in fields:
         digest.update(struct.pack("!Q", len(field)))
         digest.update(field)
@@ -201,16 +203,9 @@ def verify(key: bytes, tag: bytes, *fields: bytes) -> bool:
 
 
 def _frame_mac(key: bytes, fields: bytes, payload: bytes | memoryview) -> bytes:
-    digest = hashlib.blake2b(fields, digest_size=MAC_BYTES, key=_mac_key(key), person=_FRAME_PERSON)
+    digest = hashlib.blake2b(fields, digest_size=MAC_BYTES, key=root_key(key), person=_FRAME_PERSON)
     digest.update(payload)
     return digest.digest()
-
-
-def _mac_key(key: bytes) -> bytes:
-    """BLAKE2b takes keys up to 64 bytes; longer secrets are hashed down first."""
-    if not isinstance(key, (bytes, bytearray)):
-        raise ValueError(f"key must be bytes, got {type(key).__name__}")
-    return bytes(key) if len(key) <= 64 else hashlib.blake2b(key, digest_size=64).digest()
 
 
 def _is_int(value: object) -> bool:

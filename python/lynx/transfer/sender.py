@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 MAX_LAYERS = (1 << 16) - 1
 MAX_CHUNK_BYTES = (1 << 32) - 1
+STALL_POLL_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class SenderStats:
 class _Submission:
     """One submitted stream; its chunks share it. Mutated only under the sender's lock."""
 
-    def __init__(self, endpoint: str, room: int, stream: int, num_chunks: int) -> None:
+    def __init__(self, endpoint: str, room: int, stream: int | None, num_chunks: int) -> None:
         self.endpoint, self.room, self.stream = endpoint, room, stream
         self.remaining = num_chunks
         self.dropped = False
@@ -80,11 +81,15 @@ class PrioritySender:
         on_sent: called ``(room, stream)`` from the worker thread when the last
             chunk of a submitted stream has been handed to the transport.
         submit_timeout_s: how long ``submit`` waits for room before raising
-            TransportError.
+            TransportError; 0 raises at once.
+        stall_timeout_s: an endpoint that cannot take a message
+            (``Transport.ready`` false) for this long is given up: its chunks
+            are dropped and ``on_error`` reports its rooms.
         clock: seconds, monotonic; passed to the pacer.
 
-    One link: while a send blocks (a stalled peer, up to the transport's
-    timeout) nothing else goes. Submitted buffers are sent zero-copy: they must not be modified until
+    One link, strict priority among the endpoints that can take a message: a
+    stalled or dead peer is skipped, never waited for, so it holds up nobody
+    else. Submitted buffers are sent zero-copy: they must not be modified until
     ``on_sent`` fires for their stream (frames are signed at submission, so a
     modified buffer fails authentication at the receiver).
     """
@@ -100,19 +105,24 @@ class PrioritySender:
         *,
         on_sent: Callable[[int, int], None] | None = None,
         submit_timeout_s: float = 30.0,
+        stall_timeout_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not isinstance(chunk_bytes, int) or not 1 <= chunk_bytes <= MAX_CHUNK_BYTES:
             raise ValueError(f"chunk_bytes must be an int in 1..{MAX_CHUNK_BYTES}, got {chunk_bytes!r}")
         if not isinstance(max_inflight_bytes, int) or max_inflight_bytes < 1:
             raise ValueError(f"max_inflight_bytes must be an int >= 1, got {max_inflight_bytes!r}")
-        if not submit_timeout_s > 0:
-            raise ValueError(f"submit_timeout_s must be > 0, got {submit_timeout_s!r}")
+        if not submit_timeout_s >= 0:
+            raise ValueError(f"submit_timeout_s must be >= 0, got {submit_timeout_s!r}")
+        if not stall_timeout_s > 0:
+            raise ValueError(f"stall_timeout_s must be > 0, got {stall_timeout_s!r}")
         self._transport, self._key = transport, bytes(key)
         self.chunk_bytes, self.max_inflight_bytes = chunk_bytes, max_inflight_bytes
         self._pacer = pacer if pacer is not None else Unpaced()
         self._on_error, self._on_sent = on_error, on_sent
         self._submit_timeout_s, self._clock = float(submit_timeout_s), clock
+        self._stall_timeout_s = float(stall_timeout_s)
+        self._stalled_since: dict[str, float] = {}
         self._cond = threading.Condition()
         self._queues: dict[int, deque[_Chunk]] = {}
         self._queued_bytes: dict[str, int] = {}
@@ -200,6 +210,22 @@ class PrioritySender:
             self._queued_bytes[endpoint] = self._queued_bytes.get(endpoint, 0) + total
             self._cond.notify_all()
 
+    def submit_message(self, endpoint: str, room: int, parts: list) -> None:
+        """Queue one raw multipart message for ``endpoint`` in the first priority class.
+
+        For a request's announcement: it goes after anchors already queued and
+        before the request's own frames, submitted next. Never waits for room.
+        """
+        nbytes = sum(len(memoryview(part)) for part in parts)
+        with self._cond:
+            if self._closed:
+                raise TransportError(f"sender is closed; cannot send room {room} to {endpoint}")
+            chunk = _Chunk(Pending(0, self._seq), _Submission(endpoint, room, None, 1), list(parts), nbytes)
+            self._seq += 1
+            self._queues.setdefault(0, deque()).append(chunk)
+            self._queued_bytes[endpoint] = self._queued_bytes.get(endpoint, 0) + nbytes
+            self._cond.notify_all()
+
     def cancel(self, room: int) -> int:
         """Drop every queued chunk of ``room`` (all streams, all endpoints); return how many."""
         with self._cond:
@@ -244,20 +270,78 @@ class PrioritySender:
         else:
             self._queued_bytes.pop(endpoint, None)
 
-    def _next_chunk(self) -> _Chunk | None:
-        """Wait for work and pop the chunk the policy picks; None once closed."""
+    def _next_chunk(self) -> tuple[_Chunk | None, list[tuple[list[int], str]]]:
+        """Wait for a chunk some endpoint can take and pop the one the policy picks.
+
+        Returns ``(chunk, reports)``: ``chunk`` is None once closed, or when
+        endpoints were given up (``reports``: their rooms and the reason, for
+        the caller to pass to ``on_error`` outside the lock).
+        """
         with self._cond:
-            while not self._closed and not any(self._queues.values()):
-                self._cond.wait()
-            if self._closed:
-                return None
-            classes = [priority for priority, queue in self._queues.items() if queue]
-            chosen = next_index([self._queues[priority][0].pending for priority in classes])
-            self._current = self._queues[classes[chosen]].popleft()
-            return self._current
+            while not self._closed:
+                reports: list[tuple[list[int], str]] = []
+                heads = self._sendable_heads(reports)
+                if heads:
+                    chosen = next_index([chunk.pending for _, _, chunk in heads])
+                    priority, index, chunk = heads[chosen]
+                    del self._queues[priority][index]
+                    self._current = chunk
+                    return chunk, reports
+                if reports:
+                    return None, reports
+                self._cond.wait(STALL_POLL_S if any(self._queues.values()) else None)
+            return None, []
+
+    def _sendable_heads(self, reports: list) -> list[tuple[int, int, _Chunk]]:
+        """Per priority class, the first queued chunk whose endpoint can take it; caller holds the lock.
+
+        Endpoints stalled past ``stall_timeout_s`` are given up on the way (into ``reports``).
+        """
+        ready: dict[str, bool] = {}
+        heads = []
+        for priority, queue in list(self._queues.items()):
+            for index, chunk in enumerate(queue):
+                endpoint = chunk.submission.endpoint
+                if endpoint not in ready:
+                    ready[endpoint] = self._endpoint_ready(endpoint, reports)
+                    if not ready[endpoint] and chunk not in self._queues[priority]:
+                        break  # the endpoint was given up and its chunks dropped
+                if ready[endpoint]:
+                    heads.append((priority, index, chunk))
+                    break
+        return heads
+
+    def _endpoint_ready(self, endpoint: str, reports: list) -> bool:
+        """Whether ``endpoint`` can take a message; gives it up when stalled too long."""
+        try:
+            if self._transport.ready(endpoint):
+                self._stalled_since.pop(endpoint, None)
+                return True
+            failure = None
+        except Exception as exc:
+            failure = f"{type(exc).__name__}: {exc}"
+        now = time.monotonic()
+        since = self._stalled_since.setdefault(endpoint, now)
+        if failure is None and now - since < self._stall_timeout_s:
+            return False
+        self._stalled_since.pop(endpoint, None)
+        message = failure or (
+            f"decode peer {endpoint} took no data for {self._stall_timeout_s:g} s (dead, unreachable or not reading)"
+        )
+        dropped = self._drop(lambda chunk: chunk.submission.endpoint == endpoint)
+        reports.append((list(dict.fromkeys(chunk.submission.room for chunk in dropped)), message))
+        return False
 
     def _run(self) -> None:
-        while (chunk := self._next_chunk()) is not None:
+        while True:
+            chunk, reports = self._next_chunk()
+            for rooms, message in reports:
+                for room in rooms:
+                    _call(self._on_error, room, message)
+            if chunk is None:
+                if self._stop.is_set() or self._closed:
+                    return
+                continue
             wait = self._pacer.reserve(chunk.nbytes, self._clock())
             if wait > 0 and self._stop.wait(wait):
                 return
@@ -288,7 +372,7 @@ class PrioritySender:
                 priority = chunk.pending.priority
                 self._sent_bytes[priority] = self._sent_bytes.get(priority, 0) + chunk.nbytes
                 submission.remaining -= 1
-                done = submission.remaining == 0
+                done = submission.remaining == 0 and submission.stream is not None
             self._cond.notify_all()
         for room in failed_rooms:
             _call(self._on_error, room, failure)

@@ -30,6 +30,15 @@ class Transport(ABC):
             TransportError: timeout or failure; the message names the endpoint.
         """
 
+    def ready(self, endpoint: str) -> bool:
+        """Whether ``send`` to ``endpoint`` would hand over a message without waiting.
+
+        A sender serving several peers asks this first, so one slow or dead
+        peer does not hold up the others. The default (always True) suits
+        transports whose ``send`` never waits long.
+        """
+        return True
+
     @abstractmethod
     def close(self) -> None:
         """Release every connection; idempotent. Later sends raise TransportError."""

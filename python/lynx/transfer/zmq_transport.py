@@ -1,7 +1,10 @@
 """ZeroMQ/TCP transport: one PUSH socket per peer endpoint, one PULL socket per listener.
 
 Each object owns its own ``zmq.Context`` (never the process-wide instance), so
-closing one never disturbs another.
+closing one never disturbs another. Given ``CurveKeys`` (derived from the
+shared secret, `lynx.transfer.keys`), every connection is CurveZMQ: encrypted,
+and the listener's authentication handler (ZAP) admits only a peer holding the
+sender key pair, before a single byte of its messages is buffered.
 """
 
 from __future__ import annotations
@@ -9,8 +12,12 @@ from __future__ import annotations
 import threading
 
 import zmq
+from zmq.utils import z85
 
+from lynx.transfer.keys import CurveKeys
 from lynx.transfer.transport import Listener, Transport, TransportError
+
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 
 
 class ZmqTransport(Transport):
@@ -25,13 +32,16 @@ class ZmqTransport(Transport):
     until it is on the wire.
     """
 
-    def __init__(self, send_timeout_s: float = 30.0, high_water_mark: int = 4) -> None:
+    def __init__(
+        self, send_timeout_s: float = 30.0, high_water_mark: int = 4, *, curve: CurveKeys | None = None
+    ) -> None:
         if not send_timeout_s > 0:
             raise ValueError(f"send_timeout_s must be > 0, got {send_timeout_s!r}")
         if not isinstance(high_water_mark, int) or high_water_mark < 1:
             raise ValueError(f"high_water_mark must be an int >= 1, got {high_water_mark!r}")
         self.send_timeout_s = float(send_timeout_s)
         self.high_water_mark = high_water_mark
+        self._curve = curve
         self._context = zmq.Context()
         self._sockets: dict[str, tuple[zmq.Socket, threading.Lock]] = {}
         self._lock = threading.Lock()
@@ -52,6 +62,12 @@ class ZmqTransport(Transport):
                 ) from exc
             except zmq.ZMQError as exc:
                 raise TransportError(f"send to {endpoint} failed: {exc}") from exc
+
+    def ready(self, endpoint: str) -> bool:
+        """Whether the socket for ``endpoint`` is connected and below its high-water mark."""
+        socket, lock = self._socket(endpoint)
+        with lock:
+            return not socket.closed and bool(socket.poll(0, zmq.POLLOUT))
 
     def close(self) -> None:
         """Close every socket (dropping unsent messages) and the context; idempotent."""
@@ -77,6 +93,10 @@ class ZmqTransport(Transport):
                 socket.setsockopt(zmq.SNDHWM, self.high_water_mark)
                 socket.setsockopt(zmq.SNDTIMEO, max(1, round(self.send_timeout_s * 1000)))
                 socket.setsockopt(zmq.IMMEDIATE, 1)
+                if self._curve is not None:
+                    socket.curve_serverkey = self._curve.server_public
+                    socket.curve_publickey = self._curve.client_public
+                    socket.curve_secretkey = self._curve.client_secret
                 try:
                     socket.connect(endpoint)
                 except zmq.ZMQError as exc:
@@ -90,14 +110,21 @@ class ZmqListener(Listener):
     """A PULL socket bound to ``tcp://host:port`` (port 0 picks a free port).
 
     ``max_message_bytes`` bounds every message part (ZMQ_MAXMSGSIZE): ZeroMQ
-    itself refuses a larger part and disconnects the peer, so memory stays
-    bounded at about ``high_water_mark * max_message_bytes`` per peer.
+    itself refuses a larger part and disconnects the peer. It does not bound
+    the number of parts of one message, which ZeroMQ buffers whole; with
+    ``curve`` only peers holding the shared secret get that far.
     ``recv`` and ``close`` are serialized by a lock; use ``recv`` from one
     thread.
     """
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 0, *, max_message_bytes: int, high_water_mark: int = 64
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_message_bytes: int,
+        high_water_mark: int = 64,
+        curve: CurveKeys | None = None,
     ) -> None:
         if not isinstance(max_message_bytes, int) or max_message_bytes < 1:
             raise ValueError(f"max_message_bytes must be an int >= 1, got {max_message_bytes!r}")
@@ -107,14 +134,21 @@ class ZmqListener(Listener):
             raise ValueError(f"high_water_mark must be an int >= 1, got {high_water_mark!r}")
         self.max_message_bytes = max_message_bytes
         self._context = zmq.Context()
+        self._zap = _ZapHandler(self._context, curve.client_public) if curve is not None else None
         self._socket = self._context.socket(zmq.PULL)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self._socket.setsockopt(zmq.RCVHWM, high_water_mark)
+        if curve is not None:
+            self._socket.curve_server = True
+            self._socket.curve_publickey = curve.server_public
+            self._socket.curve_secretkey = curve.server_secret
         try:
             self._socket.bind(f"tcp://{host}:{port or '*'}")
         except zmq.ZMQError as exc:
             self._socket.close(linger=0)
+            if self._zap is not None:
+                self._zap.close()
             self._context.term()
             raise TransportError(f"cannot listen on tcp://{host}:{port}: {exc}") from exc
         self._endpoint = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -144,4 +178,46 @@ class ZmqListener(Listener):
                 return
             self._closed = True
             self._socket.close(linger=0)
+            if self._zap is not None:
+                self._zap.close()
             self._context.term()
+
+
+class _ZapHandler:
+    """ZeroMQ's authentication hook for one context: admits CURVE clients holding `client_public`.
+
+    Rejected handshakes never reach the listener's queue, so they cost no memory.
+    """
+
+    def __init__(self, context: zmq.Context, client_public: bytes) -> None:
+        self._allowed = z85.decode(client_public)
+        self._socket = context.socket(zmq.REP)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.bind(ZAP_ENDPOINT)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="lynx-zap", daemon=True)
+        self._thread.start()
+        self.rejected = 0
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if not self._socket.poll(100):
+                    continue
+                request = self._socket.recv_multipart()
+            except zmq.ZMQError:
+                return
+            version, request_id, mechanism = request[0], request[1], request[5]
+            credentials = request[6] if len(request) > 6 else b""
+            admitted = mechanism == b"CURVE" and credentials == self._allowed
+            self.rejected += not admitted
+            status = (b"200", b"OK") if admitted else (b"400", b"peer does not hold the shared secret")
+            try:
+                self._socket.send_multipart([version, request_id, *status, b"", b""])
+            except zmq.ZMQError:
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._socket.close(linger=0)

@@ -18,14 +18,22 @@ PEER, OTHER_PEER = "peer-a", "peer-b"
 class RecordingTransport(Transport):
     """Decodes and records every frame; raises for endpoints in ``dead``."""
 
-    def __init__(self, dead=()):
+    def __init__(self, dead=(), stalled=()):
         self.dead = set(dead)
+        self.stalled = set(stalled)
         self.sent = []
+        self.messages = []
         self.closed = False
+
+    def ready(self, endpoint):
+        return endpoint not in self.stalled
 
     def send(self, endpoint, parts):
         if endpoint in self.dead:
             raise TransportError(f"send to {endpoint} timed out")
+        if parts[0] == b"MESSAGE":
+            self.messages.append((endpoint, len(self.sent)))
+            return
         header, payload = decode_frame([bytes(part) for part in parts], KEY, max_payload=1 << 20)
         self.sent.append((endpoint, header, bytes(payload)))
 
@@ -218,8 +226,74 @@ def test_close_drops_queued_chunks_and_refuses_new_work():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [dict(chunk_bytes=0), dict(chunk_bytes=1 << 32), dict(max_inflight_bytes=0), dict(submit_timeout_s=0)]
+    "kwargs",
+    [
+        dict(chunk_bytes=0),
+        dict(chunk_bytes=1 << 32),
+        dict(max_inflight_bytes=0),
+        dict(submit_timeout_s=-1),
+        dict(stall_timeout_s=0),
+    ],
 )
 def test_invalid_sender_settings_are_value_errors(kwargs):
     with pytest.raises(ValueError):
         PrioritySender(RecordingTransport(), KEY, **kwargs)
+
+
+def test_a_stalled_peer_is_skipped_and_does_not_hold_up_another_peer():
+    transport = RecordingTransport(stalled={PEER})
+    errors = []
+    sender = PrioritySender(transport, KEY, chunk_bytes=4, on_error=lambda room, msg: errors.append(room))
+    sender.submit(PEER, 1, 0, b"a" * 8)
+    sender.submit(OTHER_PEER, 2, 1, b"r" * 8)
+    sender.start()
+    deadline = threading.Event()
+    for _ in range(200):
+        if len(transport.sent) == 2:
+            break
+        deadline.wait(0.01)
+    assert [(h.room, h.stream) for _, h, _ in transport.sent] == [(2, 1), (2, 1)]
+    transport.stalled.clear()
+    assert sender.wait_idle(timeout_s=30)
+    sender.close()
+    assert [h.room for _, h, _ in transport.sent][2:] == [1, 1] and errors == []
+
+
+def test_a_peer_stalled_past_the_timeout_is_given_up_and_its_rooms_reported():
+    transport = RecordingTransport(stalled={PEER})
+    failed = threading.Event()
+    errors = []
+
+    def on_error(room, message):
+        errors.append((room, message))
+        failed.set()
+
+    sender = PrioritySender(transport, KEY, chunk_bytes=4, on_error=on_error, stall_timeout_s=0.05)
+    sender.submit(PEER, 5, 0, b"a" * 8)
+    sender.submit(PEER, 6, 1, b"r" * 8)
+    sender.start()
+    assert failed.wait(30) and sender.wait_idle(timeout_s=30)
+    sender.close()
+    assert sorted(room for room, _ in errors) == [5, 6]
+    assert "took no data" in errors[0][1] and transport.sent == []
+
+
+def test_a_message_goes_before_frames_submitted_after_it_and_after_earlier_anchors():
+    transport = RecordingTransport()
+    sender = PrioritySender(transport, KEY, chunk_bytes=4)
+    sender.submit(PEER, 1, 0, b"a" * 4)
+    sender.submit(PEER, 1, 1, b"r" * 4)
+    sender.submit_message(PEER, 2, [b"MESSAGE", b"manifest of room 2"])
+    sender.submit(PEER, 2, 0, b"b" * 4)
+    run_to_idle(sender)
+    sender.close()
+    assert transport.messages == [(PEER, 1)]
+    assert transport.order() == [(1, 0, 0), (2, 0, 0), (1, 1, 0)]
+
+
+def test_submit_without_waiting_refuses_a_stream_that_does_not_fit():
+    sender = PrioritySender(RecordingTransport(), KEY, chunk_bytes=4, max_inflight_bytes=8, submit_timeout_s=0)
+    sender.submit(PEER, 1, 1, b"r" * 8)
+    with pytest.raises(TransportError, match="no room"):
+        sender.submit(PEER, 2, 1, b"s" * 4)
+    sender.close()

@@ -80,7 +80,7 @@ def test_sender_reports_a_dead_endpoint_through_on_error_for_the_room():
         failed.set()
 
     with ZmqTransport(send_timeout_s=0.3) as transport:
-        with PrioritySender(transport, b"key", chunk_bytes=4, on_error=on_error) as sender:
+        with PrioritySender(transport, b"key", chunk_bytes=4, on_error=on_error, stall_timeout_s=0.3) as sender:
             sender.submit(endpoint, 77, 0, b"x" * 16)
             assert failed.wait(30)
             assert sender.wait_idle(timeout_s=30)

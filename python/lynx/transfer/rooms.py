@@ -1,0 +1,290 @@
+"""The receiving side's state machine: one `Room` per request whose KV slots a rank reserved.
+
+Every transition happens in `RoomTable`, under its one lock, and every
+deadline is measured with its one clock. The states, in order:
+
+* ``RESERVED``: slots reserved and a transfer nonce issued; waiting for the
+  sender's manifest. No Lynx deadline yet: the prefill may queue or compute
+  for minutes (the serving engine's own waiting timeout applies).
+* ``RECEIVING``: the manifest was accepted; frames are arriving. The deadline
+  is armed: ``timeout`` seconds without progress (the manifest, then every
+  accepted frame) fails the room.
+* ``WRITING``: the receiver is writing the anchor into the slots. Closing a
+  room waits for the write to end, so slots are never freed under a writer.
+* ``ANCHORED``: the anchor is in the slots; later streams are still arriving.
+* ``LANDED``: every stream has arrived; the consumer takes the rest of the KV.
+* ``COMPLETE``: all of the KV is in the slots.
+* ``FAILED`` (terminal, with ``failure``) and ``CLOSED`` (released by its
+  consumer): nothing is written any more.
+
+A room is owned by the transfer (``owner = "transfer"``) until the consumer
+takes it over (``hand_over``); `release` by the transfer then leaves it alone.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class RoomState(enum.Enum):
+    RESERVED = "reserved"
+    RECEIVING = "receiving"
+    WRITING = "writing"
+    ANCHORED = "anchored"
+    LANDED = "landed"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+LIVE = frozenset(set(RoomState) - {RoomState.FAILED, RoomState.CLOSED})
+AWAITING_ANCHOR = frozenset({RoomState.RESERVED, RoomState.RECEIVING, RoomState.WRITING})
+
+
+class DuplicateRoom(ValueError):
+    """A live room with this id exists already; the first one keeps it."""
+
+
+@dataclass
+class Room:
+    """One reserved transfer.
+
+    Attributes:
+        room: the request's transfer id.
+        slots: destination KV slots, in token order; their count is exactly
+            the number of tokens the sender must announce.
+        aux_index: the request's metadata row.
+        key: MAC key of this transfer (``lynx.transfer.keys.transfer_key``).
+        since: clock time the request arrived (timings are measured from it).
+        peer: who sends (e.g. the prefill's bootstrap address), for failing
+            every room of a lost peer.
+        state, failure: see the module docstring.
+        deadline: clock time at which the room fails for lack of progress;
+            None while no deadline is armed.
+        assembly: the streams being received (set with the manifest).
+        manifest: the accepted manifest.
+        timings: seconds from ``since`` to ``manifest_s``, ``anchor_ready_s``,
+            ``residual_ready_s``.
+        owner: ``"transfer"`` or ``"consumer"`` (after `RoomTable.hand_over`).
+        extra: free for the embedding engine (e.g. peer endpoints to notify).
+    """
+
+    room: int
+    slots: np.ndarray
+    aux_index: int
+    key: bytes
+    since: float
+    peer: str = ""
+    state: RoomState = RoomState.RESERVED
+    failure: str | None = None
+    deadline: float | None = None
+    assembly: object | None = None
+    manifest: object | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    owner: str = "transfer"
+    closing: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.slots)
+
+
+class RoomTable:
+    """The rooms of one receiving rank.
+
+    Args:
+        timeout: seconds without progress after which a receiving room fails.
+        clock: seconds, monotonic; the one clock of every deadline.
+    """
+
+    def __init__(self, timeout: float, clock: Callable[[], float] = time.monotonic) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+        self.timeout = float(timeout)
+        self.clock = clock
+        self._rooms: dict[int, Room] = {}
+        self._cond = threading.Condition()
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def get(self, room: int) -> Room | None:
+        with self._cond:
+            return self._rooms.get(room)
+
+    def state(self, room: int) -> RoomState | None:
+        with self._cond:
+            entry = self._rooms.get(room)
+            return None if entry is None else entry.state
+
+    def rooms_of(self, peer: str) -> list[int]:
+        with self._cond:
+            return [r for r, e in self._rooms.items() if e.peer == peer and e.state in LIVE]
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._rooms)
+
+    def timings(self, room: int) -> dict[str, float]:
+        with self._cond:
+            entry = self._rooms.get(room)
+            return {} if entry is None else {k: round(v, 6) for k, v in entry.timings.items()}
+
+    # --- transitions -----------------------------------------------------------------------
+
+    def reserve(self, entry: Room) -> Room:
+        """Add a RESERVED room; DuplicateRoom if a live room has its id (a dead one is replaced)."""
+        with self._cond:
+            old = self._rooms.get(entry.room)
+            if old is not None and old.state in LIVE:
+                raise DuplicateRoom(
+                    f"transfer id (bootstrap_room) {entry.room} is already in use by a live request; "
+                    "each request needs its own bootstrap_room"
+                )
+            entry.state, entry.deadline = RoomState.RESERVED, None
+            self._rooms[entry.room] = entry
+            return entry
+
+    def start_receiving(self, room: int, manifest, assembly) -> str | None:
+        """RESERVED -> RECEIVING with the accepted manifest; arms the deadline.
+
+        Returns why the room cannot start receiving (then nothing changed), or None.
+        """
+        with self._cond:
+            entry = self._rooms.get(room)
+            if entry is None or entry.state is not RoomState.RESERVED:
+                what = "not reserved" if entry is None else f"already {entry.state.value}"
+                return f"a manifest for room {room}, which is {what}: ignored (replayed or late)"
+            entry.manifest, entry.assembly = manifest, assembly
+            entry.state = RoomState.RECEIVING
+            now = self.clock()
+            entry.deadline = now + self.timeout
+            entry.timings["manifest_s"] = now - entry.since
+            return None
+
+    def progress(self, room: int) -> None:
+        """A frame of the room was accepted: push its deadline back."""
+        with self._cond:
+            entry = self._rooms.get(room)
+            if entry is not None and entry.deadline is not None and entry.state in LIVE:
+                entry.deadline = self.clock() + self.timeout
+
+    @contextmanager
+    def writing(self, room: int) -> Iterator[bool]:
+        """Fence an anchor write: yields True if the room may be written (it was RECEIVING).
+
+        While inside, `close` waits and `fail` only marks the room; on exit the
+        room is ANCHORED (LANDED if every stream is in), or FAILED if a failure
+        was recorded meanwhile. Use `landed_after_write` to learn which.
+        """
+        with self._cond:
+            entry = self._rooms.get(room)
+            allowed = entry is not None and entry.state is RoomState.RECEIVING and not entry.closing
+            if allowed:
+                entry.state = RoomState.WRITING
+        try:
+            yield allowed
+        finally:
+            if allowed:
+                with self._cond:
+                    if entry.failure is not None:
+                        entry.state = RoomState.FAILED
+                    else:
+                        entry.timings["anchor_ready_s"] = self.clock() - entry.since
+                        entry.state = RoomState.ANCHORED
+                    self._cond.notify_all()
+
+    def anchored(self, room: int) -> bool:
+        """Whether the room's anchor is in its slots (and it did not fail)."""
+        with self._cond:
+            entry = self._rooms.get(room)
+            return entry is not None and entry.state in (RoomState.ANCHORED, RoomState.LANDED, RoomState.COMPLETE)
+
+    def all_landed(self, room: int, complete: bool) -> None:
+        """Every stream arrived: ANCHORED -> LANDED, or COMPLETE when nothing is left to apply."""
+        with self._cond:
+            entry = self._rooms.get(room)
+            if entry is None or entry.state is not RoomState.ANCHORED:
+                return
+            entry.timings.setdefault("residual_ready_s", self.clock() - entry.since)
+            entry.deadline = None
+            entry.state = RoomState.COMPLETE if complete else RoomState.LANDED
+            if complete:
+                entry.assembly = None
+            self._cond.notify_all()
+
+    def take_landed(self, room: int) -> Room | None:
+        """LANDED -> COMPLETE: the room (with its assembly) for its consumer to apply, once."""
+        with self._cond:
+            entry = self._rooms.get(room)
+            if entry is None or entry.state is not RoomState.LANDED:
+                return None
+            entry.state = RoomState.COMPLETE
+            return entry
+
+    def fail(self, room: int, reason: str) -> bool:
+        """Any live state -> FAILED with ``reason`` (during a write: when the write ends).
+
+        Returns False if the room is unknown or already ended.
+        """
+        with self._cond:
+            entry = self._rooms.get(room)
+            if entry is None or entry.state not in LIVE or entry.failure is not None:
+                return False
+            entry.failure, entry.assembly, entry.deadline = reason, None, None
+            if entry.state is not RoomState.WRITING:
+                entry.state = RoomState.FAILED
+            self._cond.notify_all()
+            return True
+
+    def expire(self, room: int) -> str | None:
+        """Fail the room if its deadline has passed; the failure reason, if it has failed."""
+        with self._cond:
+            entry = self._rooms.get(room)
+            if entry is None:
+                return None
+            if entry.deadline is not None and entry.state in LIVE and self.clock() > entry.deadline:
+                waiting_for = "KV" if entry.state in AWAITING_ANCHOR else "residual KV"
+                reason = (
+                    f"{waiting_for} of the request made no progress for {self.timeout:g}s "
+                    "(--lynx-transfer-timeout); is the prefill server alive and the link up?"
+                )
+                entry.failure, entry.assembly, entry.deadline = reason, None, None
+                if entry.state is not RoomState.WRITING:
+                    entry.state = RoomState.FAILED
+                self._cond.notify_all()
+            return entry.failure
+
+    def hand_over(self, room: int) -> Room | None:
+        """The consumer owns the room from now on (the transfer's `release` no longer drops it)."""
+        with self._cond:
+            entry = self._rooms.get(room)
+            if entry is not None:
+                entry.owner = "consumer"
+            return entry
+
+    def close(self, room: int, owner: str | None = None) -> Room | None:
+        """End the room and drop it, waiting for a write in progress; returns it (None if unknown).
+
+        With ``owner``, only a room of that owner is dropped. Afterwards nothing
+        writes into the room's slots: the caller may free them.
+        """
+        with self._cond:
+            entry = self._rooms.get(room)
+            if entry is None or (owner is not None and entry.owner != owner):
+                return None
+            entry.closing = True
+            self._cond.wait_for(lambda: entry.state is not RoomState.WRITING)
+            if entry.state in LIVE:
+                entry.state = RoomState.CLOSED
+            entry.assembly = None
+            if self._rooms.get(room) is entry:
+                del self._rooms[room]
+            return entry

@@ -1,0 +1,173 @@
+"""The receiving side's room state machine, driven by hand with a fake clock."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from lynx.transfer.rooms import DuplicateRoom, Room, RoomState, RoomTable
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def table(timeout=10.0):
+    clock = Clock()
+    return RoomTable(timeout, clock), clock
+
+
+def reserve(rooms, room=7, since=100.0, peer="prefill-a"):
+    return rooms.reserve(Room(room, np.arange(4), 0, b"k" * 32, since, peer))
+
+
+def anchored(rooms, room=7):
+    reserve(rooms, room)
+    assert rooms.start_receiving(room, "manifest", "assembly") is None
+    with rooms.writing(room) as allowed:
+        assert allowed
+    return rooms.get(room)
+
+
+def test_a_room_walks_from_reserved_to_complete_and_records_its_timings():
+    rooms, clock = table()
+    reserve(rooms)
+    assert rooms.state(7) is RoomState.RESERVED and rooms.get(7).deadline is None
+    clock.now = 103.0
+    assert rooms.start_receiving(7, "manifest", "assembly") is None
+    assert rooms.state(7) is RoomState.RECEIVING and rooms.get(7).deadline == 113.0
+    clock.now = 104.0
+    with rooms.writing(7) as allowed:
+        assert allowed and rooms.state(7) is RoomState.WRITING
+    assert rooms.anchored(7) and rooms.state(7) is RoomState.ANCHORED
+    clock.now = 106.0
+    rooms.all_landed(7, complete=False)
+    assert rooms.state(7) is RoomState.LANDED
+    assert rooms.take_landed(7).assembly == "assembly"
+    assert rooms.take_landed(7) is None and rooms.state(7) is RoomState.COMPLETE
+    assert rooms.timings(7) == {"manifest_s": 3.0, "anchor_ready_s": 4.0, "residual_ready_s": 6.0}
+
+
+def test_no_deadline_runs_before_the_manifest_however_long_the_prefill_takes():
+    rooms, clock = table(timeout=10.0)
+    reserve(rooms)
+    clock.now += 600
+    assert rooms.expire(7) is None and rooms.state(7) is RoomState.RESERVED
+
+
+def test_every_accepted_frame_pushes_the_deadline_back_and_silence_fails_the_room():
+    rooms, clock = table(timeout=10.0)
+    anchored(rooms)
+    for _ in range(5):
+        clock.now += 9
+        rooms.progress(7)
+        assert rooms.expire(7) is None
+    clock.now += 10.5
+    reason = rooms.expire(7)
+    assert "residual KV of the request made no progress for 10s" in reason
+    assert rooms.state(7) is RoomState.FAILED and rooms.get(7).failure == reason
+
+
+def test_a_second_live_room_with_the_same_id_is_refused_and_the_first_keeps_its_slots():
+    rooms, _ = table()
+    first = reserve(rooms)
+    with pytest.raises(DuplicateRoom, match="already in use"):
+        reserve(rooms)
+    assert rooms.get(7) is first
+    rooms.fail(7, "gone")
+    reserve(rooms)  # an ended room's id may be reused
+
+
+def test_a_second_manifest_is_ignored_and_changes_nothing():
+    rooms, _ = table()
+    anchored(rooms)
+    problem = rooms.start_receiving(7, "replayed", "other assembly")
+    assert "already anchored" in problem
+    assert rooms.get(7).manifest == "manifest" and rooms.state(7) is RoomState.ANCHORED
+
+
+def test_a_failed_or_closing_room_is_never_written():
+    rooms, _ = table()
+    reserve(rooms)
+    rooms.start_receiving(7, "m", "a")
+    rooms.fail(7, "bad frame")
+    with rooms.writing(7) as allowed:
+        assert not allowed
+    reserve(rooms, room=8)
+    rooms.start_receiving(8, "m", "a")
+    rooms.close(8)
+    with rooms.writing(8) as allowed:
+        assert not allowed
+    assert rooms.get(8) is None
+
+
+def test_close_waits_for_the_write_in_progress_before_it_returns():
+    rooms, _ = table()
+    reserve(rooms)
+    rooms.start_receiving(7, "m", "a")
+    inside, release, closed = threading.Event(), threading.Event(), threading.Event()
+    order = []
+
+    def writer():
+        with rooms.writing(7) as allowed:
+            assert allowed
+            inside.set()
+            release.wait(10)
+            order.append("write done")
+
+    def closer():
+        rooms.close(7)
+        order.append("closed")
+        closed.set()
+
+    threads = [threading.Thread(target=writer)]
+    threads[0].start()
+    assert inside.wait(10)
+    threads.append(threading.Thread(target=closer))
+    threads[1].start()
+    assert not closed.wait(0.2)
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert order == ["write done", "closed"] and rooms.get(7) is None
+
+
+def test_a_failure_during_the_write_wins_over_the_write():
+    rooms, _ = table()
+    reserve(rooms)
+    rooms.start_receiving(7, "m", "a")
+    with rooms.writing(7) as allowed:
+        assert allowed
+        assert rooms.fail(7, "peer lost")
+        assert rooms.state(7) is RoomState.WRITING
+    assert not rooms.anchored(7) and rooms.state(7) is RoomState.FAILED
+    assert rooms.get(7).failure == "peer lost"
+
+
+def test_release_by_the_transfer_leaves_a_handed_over_room_to_its_consumer():
+    rooms, _ = table()
+    anchored(rooms)
+    rooms.hand_over(7)
+    assert rooms.close(7, owner="transfer") is None and rooms.get(7) is not None
+    assert rooms.close(7).state is RoomState.CLOSED and rooms.get(7) is None
+
+
+def test_rooms_of_a_lost_peer_are_found_by_peer():
+    rooms, _ = table()
+    reserve(rooms, 1, peer="a")
+    reserve(rooms, 2, peer="b")
+    reserve(rooms, 3, peer="a")
+    rooms.fail(3, "x")
+    assert rooms.rooms_of("a") == [1]
+
+
+def test_one_stream_rooms_complete_when_everything_landed():
+    rooms, _ = table()
+    anchored(rooms)
+    rooms.all_landed(7, complete=True)
+    assert rooms.state(7) is RoomState.COMPLETE and rooms.get(7).assembly is None
+    assert rooms.take_landed(7) is None
