@@ -101,6 +101,12 @@ class Staging:
                 self._cond.wait(remaining)
             return self._free.pop()
 
+    @property
+    def available(self) -> int:
+        """Slots free now."""
+        with self._cond:
+            return len(self._free)
+
     def release(self, index: int | None) -> None:
         if index is None:
             return
@@ -139,6 +145,13 @@ class Link:
     def state(self) -> LinkState:
         with self._cond:
             return self._state
+
+    def has_room(self) -> bool:
+        """Whether ``put`` would not wait (a failed link has room: ``put`` raises at once)."""
+        with self._cond:
+            return self._state not in (LinkState.CONNECTING, LinkState.READY) or (
+                len(self._jobs) + len(self._inflight) < self._config.max_queued
+            )
 
     def put(self, job: Job, deadline: float) -> None:
         """Queue a staged message; raise TransportError if the link failed or stays full past ``deadline``."""
@@ -281,7 +294,8 @@ class Link:
                 interval = POLL_MIN_S if landed or started else min(2 * interval, POLL_MAX_S)
                 time.sleep(interval)
             elif not started:
-                poller.poll(max(1, round(self.timeout_s * 250)))
+                wait = self.timeout_s / 4 if starved_since is None else starved_since + self.timeout_s - now
+                poller.poll(max(1, round(wait * 1000) + 1))
                 self._clear_wake()
 
     def _accept_grant(self, session: Session, grant: Grant, seq: int, credits: deque[int]) -> int:

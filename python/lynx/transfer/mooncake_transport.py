@@ -72,7 +72,11 @@ class MooncakeTransport(Transport):
         self.send_timeout_s, self.protocol = float(send_timeout_s), protocol
         self._config = LinkConfig(bytes(key), self.send_timeout_s, max_queued_messages)
         self.engine = MooncakeEngine(host, protocol, device)
-        self.staging = Staging(self.engine, staging_slots, staging_slot_bytes)
+        try:
+            self.staging = Staging(self.engine, staging_slots, staging_slot_bytes)
+        except BaseException:
+            self.engine.close()
+            raise
         self.context = zmq.Context()
         self._links: dict[str, Link] = {}
         self._retired: list[Link] = []
@@ -104,6 +108,18 @@ class MooncakeTransport(Transport):
             if link.state is LinkState.FAILED:
                 self._retire(endpoint, link)
             raise
+
+    def ready(self, endpoint: str) -> bool:
+        """Whether ``send`` to ``endpoint`` would stage and queue a message without waiting.
+
+        True when a staging buffer is free and the endpoint's queue has room,
+        and when its link has failed (``send`` then raises at once).
+        """
+        with self._lock:
+            link = self._links.get(endpoint)
+        if link is not None and link.state is LinkState.FAILED:
+            return True
+        return (link is None or link.has_room()) and self.staging.available > 0
 
     def close(self) -> None:
         """Stop every link (dropping queued messages), then the engine; idempotent."""
