@@ -211,8 +211,8 @@ def decode(parts: list[bytes]) -> Message:
             return Ping()
         if kind == b"G" and len(rest) == 2 and len(rest[1]) == MAC_BYTES:
             seq, count = _GRANT.unpack_from(rest[0])
-            if len(rest[0]) != _GRANT.size + 4 * count:
-                raise ControlError("grant size disagrees with its slot count")
+            if count == 0 or len(rest[0]) != _GRANT.size + 4 * count:
+                raise ControlError("a grant names no slot, or its size disagrees with its slot count")
             return Grant(seq, struct.unpack_from(f"!{count}I", rest[0], _GRANT.size), rest[1])
         if kind == b"N" and len(rest) >= 2 and len(rest[-1]) == MAC_BYTES:
             return _decode_notify(rest[0], rest[1:-1], rest[-1])
