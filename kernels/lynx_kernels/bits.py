@@ -132,31 +132,6 @@ def pack_store(codes, ptr, row_bytes, row_mask, num_cols, W: tl.constexpr, BT: t
 
 
 @triton.jit
-def store_stages(
-    codes, rows, col0, num_cols, row_mask, D, s0, s1, s2, s3, o0, o1, o2, o3,
-    W0: tl.constexpr, W1: tl.constexpr, W2: tl.constexpr, W3: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-):
-    """Split ``codes`` ``[BT, BC]`` of ``W0+W1+W2+W3`` bits into stages, most
-    significant first, and pack stage ``s`` (width ``Ws``, absent when 0) at
-    byte offset ``os`` of stream ``ss``.
-
-    ``rows`` ``[BT]`` int64 are flat row indices ``token * kv_heads + head``
-    of rows ``D`` codes long; the tile starts at column ``col0``.
-    """
-    TOTAL: tl.constexpr = W0 + W1 + W2 + W3
-    first = rows * D + col0
-    pack_store((codes >> (TOTAL - W0)) & ((1 << W0) - 1), s0, o0 + first * W0 // 8, row_mask, num_cols, W0, BT, BC)
-    if W1 > 0:
-        part = (codes >> (TOTAL - W0 - W1)) & ((1 << W1) - 1)
-        pack_store(part, s1, o1 + first * W1 // 8, row_mask, num_cols, W1, BT, BC)
-    if W2 > 0:
-        part = (codes >> (TOTAL - W0 - W1 - W2)) & ((1 << W2) - 1)
-        pack_store(part, s2, o2 + first * W2 // 8, row_mask, num_cols, W2, BT, BC)
-    if W3 > 0:
-        pack_store(codes & ((1 << W3) - 1), s3, o3 + first * W3 // 8, row_mask, num_cols, W3, BT, BC)
-
-
-@triton.jit
 def load_codes(ptr, row_bytes, cols, mask, W: tl.constexpr):
     """Unpack ``W``-bit codes ``[BT, BC]`` int32: row ``i`` starts at byte
     ``row_bytes[i]`` (int64), column ``j`` is code ``cols[j]`` of the row.
@@ -170,23 +145,3 @@ def load_codes(ptr, row_bytes, cols, mask, W: tl.constexpr):
     if W > 9:
         word = word | (tl.load(byte + 2, mask=mask & (shift + W > 16), other=0).to(tl.int32) << 16)
     return (word >> shift) & ((1 << W) - 1)
-
-
-@triton.jit
-def load_prefix(
-    rows, col0, cols, mask, D, s0, s1, s2, s3, o0, o1, o2, o3,
-    W0: tl.constexpr, W1: tl.constexpr, W2: tl.constexpr, W3: tl.constexpr,
-):
-    """Merge the received stages (widths ``Ws``, 0 when not received) of a
-    tile back into the known code prefix, int32 ``[BT, BC]``; arguments as in
-    :func:`store_stages`, ``cols`` the tile's column offsets from ``col0``.
-    """
-    first = rows * D + col0
-    prefix = load_codes(s0, o0 + first * W0 // 8, cols, mask, W0)
-    if W1 > 0:
-        prefix = (prefix << W1) | load_codes(s1, o1 + first * W1 // 8, cols, mask, W1)
-    if W2 > 0:
-        prefix = (prefix << W2) | load_codes(s2, o2 + first * W2 // 8, cols, mask, W2)
-    if W3 > 0:
-        prefix = (prefix << W3) | load_codes(s3, o3 + first * W3 // 8, cols, mask, W3)
-    return prefix

@@ -1,9 +1,11 @@
 """Fused decode: unpack the received stages, dequantize, scatter into pool slots.
 
 Programs tile tokens x channels of one head like the encode kernels. Values
-are computed in float32 exactly as :func:`lynx.codec.decode` does
-(``min + scale * level`` with no fused multiply-add), rounded to the encoded
-dtype, then to the pool dtype. Same signatures as
+are computed in float32 exactly as :func:`lynx.codec.decode` does (the level
+of the received stages, then ``min + scale * level`` with no fused
+multiply-add), rounded to the encoded dtype, then to the pool dtype. The few
+sink tokens are scattered from the anchor's raw bytes by plain tensor ops.
+Same signatures as
 :func:`lynx.codec.pool.decode_into_pool` and
 :func:`lynx.codec.pool.upgrade_in_pool`, the references.
 """
@@ -15,18 +17,11 @@ import triton
 import triton.language as tl
 
 from lynx.codec.codec import EncodedKV
-from lynx.codec.layout import num_key_groups
+from lynx.codec.layout import num_key_groups, sink_count
 from lynx.codec.pool import check_decode_target, check_upgrade
-from lynx_kernels.bits import from_float32, load_half, load_prefix, to_float32
+from lynx_kernels.bits import from_float32, load_half, to_float32
 from lynx_kernels.plan import MAX_STAGES, TilePlan, WireOffsets, stage_widths, supports, triton_dtype
-
-
-@triton.jit
-def _dequantize(prefix, mn, scale, TOTAL: tl.constexpr, KNOWN: tl.constexpr):
-    """``mn + scale * level`` with unknown low bits at their bucket centre."""
-    UNKNOWN: tl.constexpr = TOTAL - KNOWN
-    level = (prefix << UNKNOWN).to(tl.float32) + ((1 << UNKNOWN) - 1) / 2
-    return mn + scale * level
+from lynx_kernels.stages import load_level
 
 
 @triton.jit
@@ -34,7 +29,7 @@ def _decode_key_kernel(
     pool, slots_ptr, stride_p, stride_h, stride_d, T, H, D, anchor, min_at, scale_at,
     s0, s1, s2, s3, o0, o1, o2, o3, raw,
     KG: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, SCALE: tl.constexpr, ENC: tl.constexpr,
-    TOTAL: tl.constexpr, W0: tl.constexpr, W1: tl.constexpr, W2: tl.constexpr, W3: tl.constexpr,
+    W0: tl.constexpr, W1: tl.constexpr, W2: tl.constexpr, W3: tl.constexpr,
     RAW: tl.constexpr,
 ):
     group = tl.program_id(0)
@@ -54,8 +49,8 @@ def _decode_key_kernel(
         at = (group.to(tl.int64) * H + head) * D + cols
         mn = load_half(anchor + min_at, at, col_mask, SCALE)
         scale = load_half(anchor + scale_at, at, col_mask, SCALE)
-        prefix = load_prefix(rows, col0, local, mask, D, s0, s1, s2, s3, o0, o1, o2, o3, W0, W1, W2, W3)
-        values = from_float32(_dequantize(prefix, mn[None, :], scale[None, :], TOTAL, W0 + W1 + W2 + W3), ENC)
+        level = load_level(rows, col0, local, mask, D, s0, s1, s2, s3, o0, o1, o2, o3, W0, W1, W2, W3)
+        values = from_float32(mn[None, :] + scale[None, :] * level, ENC)
     slots = tl.load(slots_ptr + tokens, mask=row_mask, other=0).to(tl.int64)
     out = pool + slots[:, None] * stride_p + head * stride_h + cols[None, :] * stride_d
     tl.store(out, from_float32(to_float32(values), pool.dtype.element_ty), mask=mask)
@@ -66,7 +61,7 @@ def _decode_value_kernel(
     pool, slots_ptr, stride_p, stride_h, stride_d, T, H, D, anchor, min_at, scale_at,
     s0, s1, s2, s3, o0, o1, o2, o3, raw,
     VG: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, SCALE: tl.constexpr, ENC: tl.constexpr,
-    TOTAL: tl.constexpr, W0: tl.constexpr, W1: tl.constexpr, W2: tl.constexpr, W3: tl.constexpr,
+    W0: tl.constexpr, W1: tl.constexpr, W2: tl.constexpr, W3: tl.constexpr,
     RAW: tl.constexpr,
 ):
     head = tl.program_id(1)
@@ -86,8 +81,8 @@ def _decode_value_kernel(
         scale = load_half(anchor + scale_at, at, group_mask, SCALE)
         mn_full = tl.reshape(tl.broadcast_to(mn[:, :, None], [BT, NG, VG]), [BT, BC])
         scale_full = tl.reshape(tl.broadcast_to(scale[:, :, None], [BT, NG, VG]), [BT, BC])
-        prefix = load_prefix(rows, 0, cols, mask, D, s0, s1, s2, s3, o0, o1, o2, o3, W0, W1, W2, W3)
-        values = from_float32(_dequantize(prefix, mn_full, scale_full, TOTAL, W0 + W1 + W2 + W3), ENC)
+        level = load_level(rows, 0, cols, mask, D, s0, s1, s2, s3, o0, o1, o2, o3, W0, W1, W2, W3)
+        values = from_float32(mn_full + scale_full * level, ENC)
     slots = tl.load(slots_ptr + tokens, mask=row_mask, other=0).to(tl.int64)
     out = pool + slots[:, None] * stride_p + head * stride_h + cols[None, :] * stride_d
     tl.store(out, from_float32(to_float32(values), pool.dtype.element_ty), mask=mask)
@@ -128,35 +123,58 @@ def launch_decode(
     For callers that validated the request once already, and for benchmarks;
     :func:`decode_into_pool` is the checked entry point.
     """
-    spec = encoded.spec
+    spec, dtype = encoded.spec, encoded.dtype
     tokens, heads, head_dim = encoded.num_tokens, encoded.kv_heads, encoded.head_dim
     streams = [stream.contiguous() for stream in encoded.streams[:count]]
+    offsets = WireOffsets.for_shape(spec, tokens, heads, head_dim, dtype)
+    sinks = sink_count(spec, tokens)
+    if sinks:
+        sink_bytes = sinks * heads * head_dim * dtype.itemsize
+        for pool, start in ((k_pool, offsets.sink_keys), (v_pool, offsets.sink_values)):
+            rows = _typed(streams[0][start : start + sink_bytes], dtype).reshape(sinks, heads, head_dim)
+            pool[token_indices[:sinks]] = rows.to(pool.dtype)
+    if sinks < tokens:
+        _launch_dequantize(encoded, streams, offsets, k_pool, v_pool, token_indices[sinks:])
+
+
+def _launch_dequantize(
+    encoded: EncodedKV,
+    streams: list[torch.Tensor],
+    offsets: WireOffsets,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    slots: torch.Tensor,
+) -> None:
+    """The key and value kernels over the quantized tokens, into ``slots``."""
+    spec, count = encoded.spec, len(streams)
+    tokens, heads, head_dim = slots.numel(), encoded.kv_heads, encoded.head_dim
     use_raw = spec.raw_residual and count == spec.num_stages
     quantized = min(count, spec.num_quantized_stages)
     code_streams = (*streams[:quantized], *(streams[0],) * (MAX_STAGES - quantized))
-    elements = tokens * heads * head_dim
-    raw_key, raw_value = _raw_halves(streams[-1], encoded.dtype, elements) if use_raw else (k_pool, v_pool)
-    offsets = WireOffsets.for_shape(spec, tokens, heads, head_dim)
+    if use_raw:
+        raw = _typed(streams[-1], encoded.dtype)
+        raw_key, raw_value = raw[: raw.numel() // 2], raw[raw.numel() // 2 :]
+    else:
+        raw_key, raw_value = k_pool, v_pool
     plan = TilePlan.for_shape(spec, head_dim)
     options = {
         "BC": plan.key_channels,
         "SCALE": triton_dtype(spec.torch_scale_dtype),
         "ENC": triton_dtype(encoded.dtype),
-        "TOTAL": spec.total_bits,
         "RAW": use_raw,
         **dict(zip(("W0", "W1", "W2", "W3"), stage_widths(spec, quantized))),
         "enable_fp_fusion": False,
     }
     key_grid = (num_key_groups(spec, tokens), heads, triton.cdiv(head_dim, plan.key_channels))
     _decode_key_kernel[key_grid](
-        k_pool, token_indices, *k_pool.stride(), tokens, heads, head_dim,
+        k_pool, slots, *k_pool.stride(), tokens, heads, head_dim,
         streams[0], offsets.key_min, offsets.key_scale, *code_streams, *offsets.key_codes,
         raw_key, KG=spec.key_group_tokens, BT=plan.key_tokens, **options,
     )
     options["BC"] = plan.value_channels
     value_grid = (triton.cdiv(tokens, plan.value_tokens), heads)
     _decode_value_kernel[value_grid](
-        v_pool, token_indices, *v_pool.stride(), tokens, heads, head_dim,
+        v_pool, slots, *v_pool.stride(), tokens, heads, head_dim,
         streams[0], offsets.value_min, offsets.value_scale, *code_streams, *offsets.value_codes,
         raw_value, VG=spec.value_group_channels, BT=plan.value_tokens, **options,
     )
@@ -180,9 +198,8 @@ def upgrade_in_pool(
     decode_into_pool(encoded, k_pool, v_pool, token_indices)
 
 
-def _raw_halves(raw: torch.Tensor, dtype: torch.dtype, elements: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Key and value halves of the raw-residual stream, viewed as ``dtype``."""
-    if raw.storage_offset() % dtype.itemsize:
-        raw = raw.clone()
-    values = raw.view(dtype)
-    return values[:elements], values[elements:]
+def _typed(data: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Bytes ``data`` (uint8) viewed as ``dtype``, copied first if they do not start aligned for it."""
+    if data.storage_offset() % dtype.itemsize:
+        data = data.clone()
+    return data.view(dtype)

@@ -1,10 +1,11 @@
-"""Fused encode: gather K/V from the pool, quantize, split into stages, pack.
+"""Fused encode: gather K/V from the pool, quantize, code every stage, pack.
 
-One launch per tensor writes the wire streams of :func:`lynx.codec.encode`
-byte for byte: key programs own one token block x head x channel chunk and
-its per-channel minima/scales; value programs own a few tokens x head and
-their per-token channel-group minima/scales. Same signature as
-:func:`lynx.codec.pool.encode_from_pool`, the reference.
+One launch per tensor writes the quantized tokens' part of the wire streams
+of :func:`lynx.codec.encode` byte for byte: key programs own one token block
+x head x channel chunk and its per-channel minima/scales; value programs own
+a few tokens x head and their per-token channel-group minima/scales. The few
+sink tokens are copied raw into the anchor by plain tensor ops. Same
+signature as :func:`lynx.codec.pool.encode_from_pool`, the reference.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import triton
 import triton.language as tl
 
 from lynx.codec.codec import EncodedKV
-from lynx.codec.layout import num_key_groups
+from lynx.codec.layout import num_key_groups, sink_count
 from lynx.codec.pool import check_pools
 from lynx.codec.spec import CodecSpec
-from lynx_kernels.bits import is_finite, ordered_max, ordered_min, round_down, round_up, store_stages, to_float32
+from lynx_kernels.bits import is_finite, ordered_max, ordered_min, round_down, round_up, to_float32
 from lynx_kernels.plan import MAX_STAGES, TilePlan, WireOffsets, stage_widths, supports, triton_dtype
+from lynx_kernels.stages import store_stages
 
 NON_FINITE, OUT_OF_RANGE, PARAM_OVERFLOW = 1, 2, 4
 
@@ -40,11 +42,10 @@ def _group_params(lo, hi, valid, LEVELS: tl.constexpr, SCALE: tl.constexpr):
 
 
 @triton.jit
-def _codes(x, mn, scale, LEVELS: tl.constexpr):
+def _position(x, mn, scale):
+    """``(x - mn) / scale`` in anchor steps, 0 where ``scale == 0``."""
     positive = scale > 0
-    ratio = tl.math.div_rn(x - mn, tl.where(positive, scale, 1.0))
-    codes = tl.minimum(tl.maximum(tl.floor(ratio + 0.5), 0.0), LEVELS * 1.0)
-    return tl.where(positive, codes, 0.0).to(tl.int32)
+    return tl.where(positive, tl.math.div_rn(x - mn, tl.where(positive, scale, 1.0)), 0.0)
 
 
 @triton.jit
@@ -66,16 +67,16 @@ def _encode_key_kernel(
     slots = tl.load(slots_ptr + tokens, mask=row_mask, other=0).to(tl.int64)
     src = tl.load(pool + slots[:, None] * stride_p + head * stride_h + cols[None, :] * stride_d, mask=mask, other=0)
     x = to_float32(src)
-    LEVELS: tl.constexpr = (1 << (W0 + W1 + W2 + W3)) - 1
+    LEVELS: tl.constexpr = (1 << W0) - 1
     lo = ordered_min(x, mask, 0)
     hi = ordered_max(x, mask, 0)
     mn, scale, overflow = _group_params(lo, hi, col_mask, LEVELS, SCALE)
     at = (group.to(tl.int64) * H + head) * D + cols
     tl.store(params + min_at + at, mn.to(tl.int16, bitcast=True), mask=col_mask)
     tl.store(params + scale_at + at, scale.to(tl.int16, bitcast=True), mask=col_mask)
-    codes = _codes(x, to_float32(mn)[None, :], to_float32(scale)[None, :], LEVELS)
+    position = _position(x, to_float32(mn)[None, :], to_float32(scale)[None, :])
     rows = tokens.to(tl.int64) * H + head
-    store_stages(codes, rows, col0, D - col0, row_mask, D, s0, s1, s2, s3, o0, o1, o2, o3, W0, W1, W2, W3, BT, BC)
+    store_stages(position, rows, col0, D - col0, row_mask, D, s0, s1, s2, s3, o0, o1, o2, o3, W0, W1, W2, W3, BT, BC)
     if RAW:
         tl.store(raw + rows[:, None] * D + cols[None, :], src, mask=mask)
     flags = _input_flags(x, mask, LIMIT) | overflow
@@ -97,7 +98,7 @@ def _encode_value_kernel(
     slots = tl.load(slots_ptr + tokens, mask=row_mask, other=0).to(tl.int64)
     src = tl.load(pool + slots[:, None] * stride_p + head * stride_h + cols[None, :] * stride_d, mask=mask, other=0)
     x = to_float32(src)
-    LEVELS: tl.constexpr = (1 << (W0 + W1 + W2 + W3)) - 1
+    LEVELS: tl.constexpr = (1 << W0) - 1
     NG: tl.constexpr = BC // VG
     grouped = tl.reshape(x, [BT, NG, VG])
     grouped_mask = tl.reshape(mask, [BT, NG, VG])
@@ -112,8 +113,8 @@ def _encode_value_kernel(
     tl.store(params + scale_at + at, scale.to(tl.int16, bitcast=True), mask=group_mask)
     mn_full = tl.reshape(tl.broadcast_to(to_float32(mn)[:, :, None], [BT, NG, VG]), [BT, BC])
     scale_full = tl.reshape(tl.broadcast_to(to_float32(scale)[:, :, None], [BT, NG, VG]), [BT, BC])
-    codes = _codes(x, mn_full, scale_full, LEVELS)
-    store_stages(codes, rows, 0, D, row_mask, D, s0, s1, s2, s3, o0, o1, o2, o3, W0, W1, W2, W3, BT, BC)
+    position = _position(x, mn_full, scale_full)
+    store_stages(position, rows, 0, D, row_mask, D, s0, s1, s2, s3, o0, o1, o2, o3, W0, W1, W2, W3, BT, BC)
     if RAW:
         tl.store(raw + rows[:, None] * D + cols[None, :], src, mask=mask)
     flags = _input_flags(x, mask, LIMIT) | overflow
@@ -160,7 +161,41 @@ def launch_encode(
         torch.empty(size, dtype=torch.uint8, device=device)
         for size in spec.stream_bytes(tokens, heads, head_dim, k_pool.dtype)
     ]
-    offsets = WireOffsets.for_shape(spec, tokens, heads, head_dim)
+    offsets = WireOffsets.for_shape(spec, tokens, heads, head_dim, k_pool.dtype)
+    errors = torch.zeros(2, dtype=torch.int32, device=device)
+    limit = torch.finfo(spec.torch_scale_dtype).max
+    sinks = sink_count(spec, tokens)
+    if sinks:
+        for index, (pool, start) in enumerate(((k_pool, offsets.sink_keys), (v_pool, offsets.sink_values))):
+            _copy_sinks(pool, token_indices[:sinks], streams[0], start, errors[index : index + 1], limit)
+    if sinks < tokens:
+        _launch_quantize(k_pool, v_pool, token_indices[sinks:], spec, streams, offsets, errors)
+    return EncodedKV(spec, tuple(streams), tokens, heads, head_dim, k_pool.dtype), errors
+
+
+def _copy_sinks(
+    pool: torch.Tensor, slots: torch.Tensor, anchor: torch.Tensor, start: int, flags: torch.Tensor, limit: float
+) -> None:
+    """Raw bytes of the sink tokens' rows into the anchor at ``start``; their problems into ``flags``."""
+    rows = pool[slots]
+    data = rows.contiguous().view(torch.uint8).reshape(-1)
+    anchor[start : start + data.numel()] = data
+    values = rows.float()
+    flags |= (~torch.isfinite(values)).any().int() * NON_FINITE | (values.abs() > limit).any().int() * OUT_OF_RANGE
+
+
+def _launch_quantize(
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    slots: torch.Tensor,
+    spec: CodecSpec,
+    streams: list[torch.Tensor],
+    offsets: WireOffsets,
+    errors: torch.Tensor,
+) -> None:
+    """The key and value kernels over the quantized tokens, at ``slots``."""
+    _, heads, head_dim = k_pool.shape
+    tokens = slots.numel()
     plan = TilePlan.for_shape(spec, head_dim)
     params = streams[0][: offsets.key_codes[0]].view(torch.int16)
     quantized = spec.num_quantized_stages
@@ -168,7 +203,6 @@ def launch_encode(
     elements = tokens * heads * head_dim
     raw = streams[-1].view(k_pool.dtype) if spec.raw_residual else None
     raw_key, raw_value = (raw[:elements], raw[elements:]) if raw is not None else (k_pool, v_pool)
-    errors = torch.zeros(2, dtype=torch.int32, device=device)
     scale_dtype = spec.torch_scale_dtype
     options = {
         "BC": plan.key_channels,
@@ -180,18 +214,17 @@ def launch_encode(
     }
     key_grid = (num_key_groups(spec, tokens), heads, triton.cdiv(head_dim, plan.key_channels))
     _encode_key_kernel[key_grid](
-        k_pool, token_indices, *k_pool.stride(), tokens, heads, head_dim,
+        k_pool, slots, *k_pool.stride(), tokens, heads, head_dim,
         params, offsets.key_min // 2, offsets.key_scale // 2, *code_streams, *offsets.key_codes,
         raw_key, errors[0:1], KG=spec.key_group_tokens, BT=plan.key_tokens, **options,
     )
     options["BC"] = plan.value_channels
     value_grid = (triton.cdiv(tokens, plan.value_tokens), heads)
     _encode_value_kernel[value_grid](
-        v_pool, token_indices, *v_pool.stride(), tokens, heads, head_dim,
+        v_pool, slots, *v_pool.stride(), tokens, heads, head_dim,
         params, offsets.value_min // 2, offsets.value_scale // 2, *code_streams, *offsets.value_codes,
         raw_value, errors[1:2], VG=spec.value_group_channels, BT=plan.value_tokens, **options,
     )
-    return EncodedKV(spec, tuple(streams), tokens, heads, head_dim, k_pool.dtype), errors
 
 
 def raise_on_flags(errors: torch.Tensor, spec: CodecSpec) -> None:

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lynx.codec.layout import anchor_sections, packed_bytes
+from lynx.codec.layout import anchor_sections, packed_bytes, sink_count
 from lynx.codec.spec import CodecSpec
 
 MAX_STAGES = 4
@@ -86,11 +86,14 @@ class WireOffsets:
     """Byte offsets of one layer's sections in the wire layout of :mod:`lynx.codec.layout`.
 
     Attributes:
+        sink_keys, sink_values: offsets of the sink tokens' raw bytes in the anchor.
         key_min, key_scale, value_min, value_scale: offsets in the anchor.
         key_codes, value_codes: offset of the packed key/value codes of each
             quantized stage in that stage's stream, zero-padded to ``MAX_STAGES``.
     """
 
+    sink_keys: int
+    sink_values: int
     key_min: int
     key_scale: int
     value_min: int
@@ -99,15 +102,17 @@ class WireOffsets:
     value_codes: tuple[int, int, int, int]
 
     @classmethod
-    def for_shape(cls, spec: CodecSpec, num_tokens: int, kv_heads: int, head_dim: int) -> WireOffsets:
-        """Offsets for ``num_tokens`` tokens of ``[kv_heads, head_dim]``."""
-        sizes = anchor_sections(spec, num_tokens, kv_heads, head_dim)
+    def for_shape(
+        cls, spec: CodecSpec, num_tokens: int, kv_heads: int, head_dim: int, dtype: torch.dtype
+    ) -> WireOffsets:
+        """Offsets for ``num_tokens`` tokens of ``[kv_heads, head_dim]`` in input ``dtype``."""
+        sizes = anchor_sections(spec, num_tokens, kv_heads, head_dim, dtype)
         starts = [sum(sizes[:index]) for index in range(len(sizes))]
-        elements = num_tokens * kv_heads * head_dim
-        key_codes = (starts[4], *(0,) * (MAX_STAGES - 1))
-        value_codes = (starts[5], *(packed_bytes(elements, width) for width in spec.stage_bits[1:]))
+        elements = (num_tokens - sink_count(spec, num_tokens)) * kv_heads * head_dim
+        key_codes = (starts[6], *(0,) * (MAX_STAGES - 1))
+        value_codes = (starts[7], *(packed_bytes(elements, width) for width in spec.stage_bits[1:]))
         value_codes += (0,) * (MAX_STAGES - len(value_codes))
-        return cls(starts[0], starts[1], starts[2], starts[3], key_codes, value_codes)
+        return cls(*starts[:6], key_codes, value_codes)
 
 
 def triton_dtype(dtype: torch.dtype) -> tl.dtype:

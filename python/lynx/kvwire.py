@@ -5,13 +5,13 @@ the concatenation over layers of that layer's stream. The four modes share
 this shape, so they go through the same transport and compare fairly:
 
 * ``bf16``: one stream, each layer's K then V exactly as stored (no codec).
-* ``int8``: one stream, the codec with a single 8-bit stage.
+* ``int8``: one stream, each layer's ``int8`` preset streams (anchor then
+  residual) back to back; decoding waits for all of it.
 * ``int4``: one stream, the 4-bit anchor only (lossy).
 * ``lynx``: the preset's stages, anchor first (e.g. 4 + 4 bits).
 
-``int8`` mode and ``lynx`` mode with the ``int8`` preset quantize identically
-(same groups, same 8-bit codes), so once the residual has landed their KV is
-bit-identical.
+``int8`` mode carries exactly the bytes of ``lynx`` mode with the ``int8``
+preset, joined, so once the residual has landed their KV is bit-identical.
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ import torch
 
 from lynx.codec import CodecSpec, EncodedKV
 from lynx.codec.pool import gather_encode, scatter_decode, scatter_upgrade
-
-SINGLE_STAGE_INT8 = CodecSpec(stage_bits=(8,))
-
 
 @dataclass(frozen=True)
 class KVShape:
@@ -48,26 +45,33 @@ class KVShape:
 
 @dataclass(frozen=True)
 class WireFormat:
-    """The streams of one mode. ``spec`` is None for the uncompressed ``bf16`` mode."""
+    """The streams of one mode.
+
+    Attributes:
+        mode: the ``--lynx-mode``.
+        spec: the codec; None for the uncompressed ``bf16`` mode.
+        joined: each layer's codec streams travel back to back as one stream.
+    """
 
     mode: str
     spec: CodecSpec | None
+    joined: bool = False
 
     @classmethod
     def for_mode(cls, mode: str, preset: str) -> WireFormat:
-        specs = {
-            "bf16": None,
-            "int8": SINGLE_STAGE_INT8,
-            "int4": CodecSpec.preset("int4"),
-            "lynx": CodecSpec.preset(preset),
+        formats = {
+            "bf16": (None, False),
+            "int8": (CodecSpec.preset("int8"), True),
+            "int4": (CodecSpec.preset("int4"), False),
+            "lynx": (CodecSpec.preset(preset), False),
         }
-        if mode not in specs:
-            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(specs)}")
-        return cls(mode, specs[mode])
+        if mode not in formats:
+            raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(formats)}")
+        return cls(mode, *formats[mode])
 
     @property
     def num_streams(self) -> int:
-        return 1 if self.spec is None else self.spec.num_stages
+        return 1 if self.spec is None or self.joined else self.spec.num_stages
 
     def layer_stream_bytes(self, shape: KVShape) -> tuple[int, ...]:
         """Bytes of each stream for one layer."""
@@ -76,7 +80,8 @@ class WireFormat:
         if self.spec is None:
             elem = torch.empty((), dtype=shape.dtype).element_size()
             return (2 * shape.num_tokens * shape.kv_heads * shape.head_dim * elem,)
-        return self.spec.stream_bytes(shape.num_tokens, shape.kv_heads, shape.head_dim, shape.dtype)
+        sizes = self._codec_stream_bytes(shape)
+        return (sum(sizes),) if self.joined else sizes
 
     def layer_bounds(self, shape: KVShape) -> list[list[int]]:
         """Per stream, cumulative byte offsets ``[0, end of layer 0, ..., total]``."""
@@ -110,7 +115,8 @@ class WireFormat:
                 per_stream[0].append(torch.cat(layer))
                 continue
             encoded = gather_encode(k_pool, v_pool, token_indices, self.spec)
-            for stream, data in zip(per_stream, encoded.streams, strict=True):
+            layer = [torch.cat(encoded.streams)] if self.joined else encoded.streams
+            for stream, data in zip(per_stream, layer, strict=True):
                 stream.append(data)
         return [torch.cat(parts).cpu() for parts in per_stream]
 
@@ -137,7 +143,7 @@ class WireFormat:
                 v_pool[token_indices] = _typed(v_bytes, shape, v_pool)
                 continue
             encoded = self._encoded(parts, shape)
-            scatter_decode(encoded, k_pool, v_pool, token_indices, stages=len(parts))
+            scatter_decode(encoded, k_pool, v_pool, token_indices, stages=encoded.num_received_stages)
 
     def upgrade(
         self,
@@ -167,9 +173,15 @@ class WireFormat:
             yield k_pool, v_pool, [s[b[layer] : b[layer + 1]].to(k_pool.device) for s, b in zip(streams, bounds)]
 
     def _encoded(self, parts: list[torch.Tensor], shape: KVShape) -> EncodedKV:
+        """One layer's received parts as the codec's streams (a joined stream split back)."""
+        if self.joined:
+            parts = list(parts[0].split(self._codec_stream_bytes(shape)))
         return EncodedKV.from_streams(
             parts, self.spec, shape.num_tokens, shape.kv_heads, shape.head_dim, shape.dtype
         )
+
+    def _codec_stream_bytes(self, shape: KVShape) -> tuple[int, ...]:
+        return self.spec.stream_bytes(shape.num_tokens, shape.kv_heads, shape.head_dim, shape.dtype)
 
 
 def _raw(tensor: torch.Tensor) -> torch.Tensor:

@@ -80,11 +80,19 @@ def test_unknown_mode_is_rejected():
         WireFormat.for_mode("fp8", "int8")
 
 
-def test_single_stage_int8_uses_the_same_codes_as_the_int8_preset():
-    x = torch.randn(64, 2, 64).bfloat16()
-    one = decode(encode(x, x, WireFormat.for_mode("int8", "int8").spec))
-    two = decode(encode(x, x, CodecSpec.preset("int8")))
-    assert torch.equal(one[0], two[0])
+def test_int8_mode_is_one_stream_joining_the_int8_preset_streams_per_layer():
+    wire, lynx = WireFormat.for_mode("int8", "int16"), WireFormat.for_mode("lynx", "int8")
+    assert wire.num_streams == 1 and wire.spec == CodecSpec.preset("int8")
+    src_k, src_v = _pools(16)
+    src = _slots(70, 17)
+    shape = KVShape(LAYERS, 70, HEADS, DIM, torch.bfloat16)
+    [joined] = wire.encode(src_k, src_v, src)
+    anchor, residual = lynx.encode(src_k, src_v, src)
+    a_bounds, r_bounds = lynx.layer_bounds(shape)
+    per_layer = [torch.cat([anchor[a_bounds[i] : a_bounds[i + 1]], residual[r_bounds[i] : r_bounds[i + 1]]])
+                 for i in range(LAYERS)]
+    assert torch.equal(joined, torch.cat(per_layer))
+    assert wire.layer_bounds(shape)[0] == [sum(len(p) for p in per_layer[:i]) for i in range(LAYERS + 1)]
 
 
 @pytest.mark.parametrize("mode", ["bf16", "lynx"])

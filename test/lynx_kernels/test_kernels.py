@@ -80,8 +80,9 @@ def test_partial_key_blocks_match_reference(tokens):
 @pytest.mark.parametrize(
     ("spec", "head_dim"),
     [
-        (CodecSpec(stage_bits=(3, 5), key_group_tokens=7, value_group_channels=8, scale_dtype="bfloat16"), 24),
-        (CodecSpec(stage_bits=(2, 2, 4), key_group_tokens=16, value_group_channels=16), 48),
+        (CodecSpec(stage_bits=(3, 5), key_group_tokens=7, value_group_channels=8, scale_dtype="bfloat16",
+                   sink_tokens=0), 24),
+        (CodecSpec(stage_bits=(2, 2, 4), key_group_tokens=16, value_group_channels=16, sink_tokens=9), 48),
         (CodecSpec(stage_bits=(1, 2, 3, 7), key_group_tokens=100, value_group_channels=32), 96),
         (CodecSpec(stage_bits=(5,), key_group_tokens=3, value_group_channels=8, raw_residual=True), 40),
         (CodecSpec(stage_bits=(16,), key_group_tokens=64, value_group_channels=64, scale_dtype="bfloat16"), 64),
@@ -101,8 +102,9 @@ def test_general_widths_groups_and_head_dims_match_reference(spec, head_dim):
 def _edge_pools(dtype, scale_dtype):
     """Constant groups, zeros, tiny and subnormal values, values near the scale dtype's limit.
 
-    Values that underflow to zero in ``dtype`` all have one sign per group, so
-    no group mixes +0.0 and -0.0 (see the signed-zero test below).
+    Values that underflow to zero in ``dtype`` all have one sign per group of
+    8 quantized tokens (slots 39..0 after 4 sink tokens), so no group mixes
+    +0.0 and -0.0 (see the signed-zero test below).
     """
     k_pool, v_pool = _pools(72, dtype=torch.float32, seed=3)
     k_pool[:8] = 0.0
@@ -122,11 +124,11 @@ def _edge_pools(dtype, scale_dtype):
 def test_edge_values_match_reference(dtype, scale_dtype):
     spec = CodecSpec(stage_bits=(4, 4), key_group_tokens=8, value_group_channels=16, scale_dtype=scale_dtype)
     k_pool, v_pool = _edge_pools(dtype, scale_dtype)
-    slots = torch.arange(40).flip(0)
+    slots = torch.cat([torch.arange(40, 40 + spec.sink_tokens), torch.arange(40).flip(0)])
     encoded = lynx_kernels.encode_from_pool(k_pool, v_pool, slots, spec)
     _assert_same_streams(encoded, reference_encode(k_pool, v_pool, slots, spec))
     for stages in (1, 2):
-        _assert_decodes_alike(encoded, 72, _slots(40, 72, seed=7), dtype, stages)
+        _assert_decodes_alike(encoded, 72, _slots(slots.numel(), 72, seed=7), dtype, stages)
 
 
 def test_group_mixing_signed_zeros_gets_negative_zero_minimum_and_decodes_like_reference():
@@ -134,7 +136,7 @@ def test_group_mixing_signed_zeros_gets_negative_zero_minimum_and_decodes_like_r
     kernels order -0.0 below +0.0. Only the sign bit of such minima (and
     scales) may differ from the reference; codes and decoded values do not.
     """
-    spec = CodecSpec(stage_bits=(4, 4), key_group_tokens=4, value_group_channels=8)
+    spec = CodecSpec(stage_bits=(4, 4), key_group_tokens=4, value_group_channels=8, sink_tokens=0)
     k_pool = torch.zeros(8, 1, 8)
     k_pool[0::4] = -0.0
     v_pool = torch.zeros(8, 1, 8)
@@ -142,7 +144,8 @@ def test_group_mixing_signed_zeros_gets_negative_zero_minimum_and_decodes_like_r
     slots = torch.arange(8)
     encoded = lynx_kernels.encode_from_pool(k_pool, v_pool, slots, spec)
     reference = reference_encode(k_pool, v_pool, slots, spec)
-    key_params, _, value_params, _, _, _ = anchor_sections(spec, 8, 1, 8)
+    sections = anchor_sections(spec, 8, 1, 8, torch.float32)
+    key_params, value_params = sections.key_minima, sections.value_minima
     anchor = encoded.streams[0]
     assert torch.signbit(anchor[:key_params].view(torch.float16)).all()
     assert torch.signbit(anchor[2 * key_params : 2 * key_params + value_params].view(torch.float16)).all()
@@ -205,23 +208,26 @@ def test_received_streams_at_odd_buffer_offsets_decode_like_reference(preset):
 
 
 @pytest.mark.parametrize(
-    ("dtype", "value", "stage_bits", "message"),
+    ("dtype", "value", "stage_bits", "slot", "message"),
     [
-        (torch.float32, float("nan"), (4, 4), "value contains NaN or infinite"),
-        (torch.bfloat16, float("inf"), (4, 4), "value contains NaN or infinite"),
-        (torch.float32, 1e5, (4, 4), r"value has values beyond \+-65504"),
-        (torch.float16, 6e4, (1,), "value group minimum or scale overflows"),
+        (torch.float32, float("nan"), (4, 4), 6, "value contains NaN or infinite"),
+        (torch.float32, float("nan"), (4, 4), 2, "value contains NaN or infinite"),
+        (torch.bfloat16, float("inf"), (4, 4), 6, "value contains NaN or infinite"),
+        (torch.bfloat16, float("inf"), (4, 4), 3, "value contains NaN or infinite"),
+        (torch.float32, 1e5, (4, 4), 6, r"value has values beyond \+-65504"),
+        (torch.float32, 1e5, (4, 4), 1, r"value has values beyond \+-65504"),
+        (torch.float16, 6e4, (1,), 6, "value group minimum or scale overflows"),
     ],
 )
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_invalid_values_raise_the_reference_error(dtype, value, stage_bits, message):
+def test_invalid_values_in_sink_or_quantized_tokens_raise_the_reference_error(dtype, value, stage_bits, slot, message):
     spec = CodecSpec(stage_bits=stage_bits)
     k_pool, v_pool = _pools(10, dtype=dtype, seed=1, spread=1.0)
-    v_pool[3, 1, 5] = value
-    v_pool[3, 1, 6] = -value
+    v_pool[slot, 1, 5] = value
+    v_pool[slot, 1, 6] = -value
     for encode in (reference_encode, lynx_kernels.encode_from_pool):
         with pytest.raises(ValueError, match=message):
-            encode(k_pool, v_pool, torch.arange(2, 6), spec)
+            encode(k_pool, v_pool, torch.arange(1, 9), spec)
 
 
 def test_kernels_validate_like_the_reference():

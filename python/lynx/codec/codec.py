@@ -1,22 +1,37 @@
 """Encode one layer's K and V into prioritized byte streams and decode them.
 
-The streams follow the wire layout described in :mod:`lynx.codec.layout`.
-Scales, minima and raw tensors travel as their little-endian bytes.
+The streams follow the wire layout described in :mod:`lynx.codec.layout`:
+the first ``sink_tokens`` tokens raw in the anchor, the others quantized in
+hierarchical stages (:mod:`lynx.codec.quant`). Scales, minima and raw tensors
+travel as their little-endian bytes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
 import torch
 
 from lynx.codec.bitpack import pack_bits, unpack_bits
-from lynx.codec.layout import anchor_sections, check_input_dtype, num_key_groups, packed_bytes
-from lynx.codec.quant import dequantize_key, dequantize_value, quantize_key, quantize_value
+from lynx.codec.layout import (
+    AnchorSections,
+    anchor_sections,
+    check_input_dtype,
+    num_key_groups,
+    packed_bytes,
+    sink_count,
+)
+from lynx.codec.quant import (
+    Quantized,
+    check_values,
+    dequantize_key,
+    dequantize_value,
+    quantize_key,
+    quantize_value,
+)
 from lynx.codec.spec import CodecSpec
-from lynx.codec.stages import merge_stages, prefix_bits, split_stages
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,28 +116,23 @@ def encode(key: torch.Tensor, value: torch.Tensor, spec: CodecSpec) -> EncodedKV
             f"key and value must share shape, dtype and device; got {tuple(key.shape)} {key.dtype} "
             f"{key.device} and {tuple(value.shape)} {value.dtype} {value.device}"
         )
-    key_codes, key_mn, key_scale = quantize_key(key, spec)
-    value_codes, value_mn, value_scale = quantize_value(value, spec)
-    key_stages = split_stages(key_codes.reshape(-1), spec.stage_bits)
-    value_stages = split_stages(value_codes.reshape(-1), spec.stage_bits)
-    anchor_bits = spec.anchor_bits
-    anchor = torch.cat(
-        [
-            _to_bytes(key_mn),
-            _to_bytes(key_scale),
-            _to_bytes(value_mn),
-            _to_bytes(value_scale),
-            pack_bits(key_stages[0], anchor_bits),
-            pack_bits(value_stages[0], anchor_bits),
-        ]
-    )
-    streams = [anchor]
-    for width, key_part, value_part in zip(spec.stage_bits[1:], key_stages[1:], value_stages[1:]):
-        streams.append(torch.cat([pack_bits(key_part, width), pack_bits(value_part, width)]))
-    if spec.raw_residual:
-        streams.append(torch.cat([_to_bytes(key), _to_bytes(value)]))
+    if key.dim() != 3:
+        raise ValueError("key and value must be [tokens, kv_heads, head_dim] tensors")
     tokens, heads, head_dim = key.shape
-    return EncodedKV(spec, tuple(streams), tokens, heads, head_dim, key.dtype)
+    sinks = sink_count(spec, tokens)
+    key_q = _quantize(quantize_key, key, sinks, spec, "key")
+    value_q = _quantize(quantize_value, value, sinks, spec, "value")
+    anchor = [_to_bytes(key[:sinks]), _to_bytes(value[:sinks])]
+    streams = [[] for _ in spec.stage_bits]
+    if key_q is not None and value_q is not None:
+        anchor += [_to_bytes(key_q.mn), _to_bytes(key_q.scale), _to_bytes(value_q.mn), _to_bytes(value_q.scale)]
+        for parts, width, key_codes, value_codes in zip(streams, spec.stage_bits, key_q.codes, value_q.codes):
+            parts += [pack_bits(key_codes.reshape(-1), width), pack_bits(value_codes.reshape(-1), width)]
+    streams[0] = anchor + streams[0]
+    if spec.raw_residual:
+        streams.append([_to_bytes(key[sinks:]), _to_bytes(value[sinks:])])
+    empty = key.new_empty(0, dtype=torch.uint8)
+    return EncodedKV(spec, tuple(torch.cat([empty, *parts]) for parts in streams), tokens, heads, head_dim, key.dtype)
 
 
 def decode(encoded: EncodedKV, stages: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,8 +141,9 @@ def decode(encoded: EncodedKV, stages: int | None = None) -> tuple[torch.Tensor,
     Args:
         encoded: the streams received so far.
         stages: how many streams to use, ``1..len(encoded.streams)``; default
-            all present. Quantized stages give bucket-centre estimates; the
-            raw residual stream, when used, gives the input bit for bit.
+            all present. The sink tokens are exact from the anchor on; the
+            quantized tokens decode to the level their stages give; the raw
+            residual stream, when used, gives them bit for bit.
 
     Returns:
         ``(key, value)``, each ``[T, H, D]`` in the encoded dtype, on the
@@ -142,46 +153,50 @@ def decode(encoded: EncodedKV, stages: int | None = None) -> tuple[torch.Tensor,
     count = available if stages is None else stages
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= available:
         raise ValueError(f"stages must be an int in 1..{available} (streams present), got {stages!r}")
-    spec = encoded.spec
-    shape = (encoded.num_tokens, encoded.kv_heads, encoded.head_dim)
-    if spec.raw_residual and count == spec.num_stages:
+    spec, dtype = encoded.spec, encoded.dtype
+    tokens, heads, head_dim = encoded.num_tokens, encoded.kv_heads, encoded.head_dim
+    sinks = sink_count(spec, tokens)
+    shape = (tokens - sinks, heads, head_dim)
+    sections = _anchor_sections(encoded)
+    sink_shape = (sinks, heads, head_dim)
+    key_parts = [_from_bytes(sections.sink_keys, dtype, sink_shape)]
+    value_parts = [_from_bytes(sections.sink_values, dtype, sink_shape)]
+    if sinks < tokens and spec.raw_residual and count == spec.num_stages:
         raw = encoded.streams[-1]
         half = raw.numel() // 2
-        return _from_bytes(raw[:half], encoded.dtype, shape), _from_bytes(raw[half:], encoded.dtype, shape)
-    quantized = min(count, spec.num_quantized_stages)
-    key_mn, key_scale, value_mn, value_scale, key_stages, value_stages = _read_anchor(encoded)
-    elements = shape[0] * shape[1] * shape[2]
-    for width, stream in zip(spec.stage_bits[1:quantized], encoded.streams[1:quantized]):
-        key_bytes = packed_bytes(elements, width)
-        key_stages.append(unpack_bits(stream[:key_bytes], width, elements))
-        value_stages.append(unpack_bits(stream[key_bytes:], width, elements))
-    known = prefix_bits(spec.stage_bits, quantized)
-    key_codes = merge_stages(key_stages, spec.stage_bits).reshape(shape)
-    value_codes = merge_stages(value_stages, spec.stage_bits).reshape(shape)
-    key = dequantize_key(key_codes, key_mn, key_scale, spec, known)
-    value = dequantize_value(value_codes, value_mn, value_scale, spec, known)
-    return key.to(encoded.dtype), value.to(encoded.dtype)
+        key_parts.append(_from_bytes(raw[:half], dtype, shape))
+        value_parts.append(_from_bytes(raw[half:], dtype, shape))
+    elif sinks < tokens:
+        quantized = min(count, spec.num_quantized_stages)
+        elements = shape[0] * heads * head_dim
+        key_codes = [unpack_bits(sections.key_codes, spec.anchor_bits, elements).reshape(shape)]
+        value_codes = [unpack_bits(sections.value_codes, spec.anchor_bits, elements).reshape(shape)]
+        for width, stream in zip(spec.stage_bits[1:quantized], encoded.streams[1:quantized]):
+            key_bytes = packed_bytes(elements, width)
+            key_codes.append(unpack_bits(stream[:key_bytes], width, elements).reshape(shape))
+            value_codes.append(unpack_bits(stream[key_bytes:], width, elements).reshape(shape))
+        key_params = (num_key_groups(spec, shape[0]), heads, head_dim)
+        value_params = (shape[0], heads, head_dim // spec.value_group_channels)
+        scale_dtype = spec.torch_scale_dtype
+        key_mn, key_scale = (_from_bytes(b, scale_dtype, key_params) for b in sections[2:4])
+        value_mn, value_scale = (_from_bytes(b, scale_dtype, value_params) for b in sections[4:6])
+        key_parts.append(dequantize_key(key_codes, key_mn, key_scale, spec).to(dtype))
+        value_parts.append(dequantize_value(value_codes, value_mn, value_scale, spec).to(dtype))
+    return torch.cat(key_parts), torch.cat(value_parts)
 
 
-def _read_anchor(encoded: EncodedKV) -> tuple:
-    """Split the anchor into key/value minima and scales and stage-0 codes."""
-    spec = encoded.spec
-    tokens, heads, head_dim = encoded.num_tokens, encoded.kv_heads, encoded.head_dim
-    sizes = anchor_sections(spec, tokens, heads, head_dim)
+def _quantize(quantize: Callable, x: torch.Tensor, sinks: int, spec: CodecSpec, name: str) -> Quantized | None:
+    """Check the sink tokens of ``x``, then quantize the others (None if there are none)."""
+    if sinks:
+        check_values(x[:sinks], spec, name)
+    return quantize(x[sinks:], spec) if sinks < x.shape[0] else None
+
+
+def _anchor_sections(encoded: EncodedKV) -> AnchorSections:
+    """The anchor cut into its sections (uint8 views)."""
+    sizes = anchor_sections(encoded.spec, encoded.num_tokens, encoded.kv_heads, encoded.head_dim, encoded.dtype)
     bounds = [0, *accumulate(sizes)]
-    sections = [encoded.streams[0][start:end] for start, end in zip(bounds, bounds[1:])]
-    key_shape = (num_key_groups(spec, tokens), heads, head_dim)
-    value_shape = (tokens, heads, head_dim // spec.value_group_channels)
-    scale_dtype = spec.torch_scale_dtype
-    elements = tokens * heads * head_dim
-    return (
-        _from_bytes(sections[0], scale_dtype, key_shape),
-        _from_bytes(sections[1], scale_dtype, key_shape),
-        _from_bytes(sections[2], scale_dtype, value_shape),
-        _from_bytes(sections[3], scale_dtype, value_shape),
-        [unpack_bits(sections[4], spec.anchor_bits, elements)],
-        [unpack_bits(sections[5], spec.anchor_bits, elements)],
-    )
+    return AnchorSections(*(encoded.streams[0][start:end] for start, end in zip(bounds, bounds[1:])))
 
 
 def _to_bytes(tensor: torch.Tensor) -> torch.Tensor:

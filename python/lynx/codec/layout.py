@@ -1,25 +1,47 @@
 """Byte accounting of the wire layout: section and stream sizes, no tensors.
 
-Stream 0 (anchor) is, in order: key minima, key scales (each
-``[num_key_groups, kv_heads, head_dim]``), value minima, value scales (each
-``[tokens, kv_heads, head_dim // value_group_channels]``), all in the spec's
-scale dtype, then the packed stage-0 codes of the key and of the value.
-Stream ``s`` in ``1..len(stage_bits)-1`` is the packed stage-``s`` codes of
-the key then of the value. With ``raw_residual`` a last stream holds the raw
-bytes of the key then of the value, contiguous, in the input dtype.
+Format version 2. Of a request's ``T`` tokens the first ``S = min(sink_tokens,
+T)`` are *sink tokens*, sent raw; the other ``Q = T - S`` are quantized.
+Stream 0 (anchor) is, in order: the sink tokens' keys, then their values
+(each ``[S, kv_heads, head_dim]`` in the input dtype), key minima, key scales
+(each ``[num_key_groups, kv_heads, head_dim]``), value minima, value scales
+(each ``[Q, kv_heads, head_dim // value_group_channels]``), all in the spec's
+scale dtype, then the packed stage-0 codes of the quantized keys and of the
+quantized values. Stream ``s`` in ``1..len(stage_bits)-1`` is the packed
+stage-``s`` codes of the quantized keys then values. With ``raw_residual`` a
+last stream holds the raw bytes of the quantized keys then values, contiguous,
+in the input dtype. All multi-byte numbers are little-endian; a stream may be
+empty (every token a sink token).
+
+Version 1 (no version number on the wire) had no sink tokens and split one
+``total_bits``-bit code into bit planes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 if TYPE_CHECKING:
     from lynx.codec.spec import CodecSpec
 
+FORMAT_VERSION = 2
 INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SCALE_BYTES = 2
+
+
+class AnchorSections(NamedTuple):
+    """Byte size of each anchor section, in wire order."""
+
+    sink_keys: int
+    sink_values: int
+    key_minima: int
+    key_scales: int
+    value_minima: int
+    value_scales: int
+    key_codes: int
+    value_codes: int
 
 
 def packed_bytes(count: int, width: int) -> int:
@@ -27,8 +49,13 @@ def packed_bytes(count: int, width: int) -> int:
     return (count * width + 7) // 8
 
 
+def sink_count(spec: CodecSpec, num_tokens: int) -> int:
+    """Number of leading tokens sent raw: ``min(sink_tokens, num_tokens)``."""
+    return min(spec.sink_tokens, num_tokens)
+
+
 def num_key_groups(spec: CodecSpec, num_tokens: int) -> int:
-    """Number of token blocks sharing a key min/scale."""
+    """Number of token blocks sharing a key min/scale among ``num_tokens`` quantized tokens."""
     return -(-num_tokens // spec.key_group_tokens)
 
 
@@ -50,24 +77,27 @@ def check_input_dtype(dtype: torch.dtype) -> None:
         raise ValueError(f"input dtype must be one of {INPUT_DTYPES}, got {dtype}")
 
 
-def anchor_sections(spec: CodecSpec, num_tokens: int, kv_heads: int, head_dim: int) -> tuple[int, ...]:
-    """Byte sizes of the six anchor sections, in wire order: key minima, key
-    scales, value minima, value scales, key stage-0 codes, value stage-0 codes.
-    """
+def anchor_sections(
+    spec: CodecSpec, num_tokens: int, kv_heads: int, head_dim: int, dtype: torch.dtype
+) -> AnchorSections:
+    """Byte sizes of the anchor's sections for ``num_tokens`` tokens of input ``dtype``."""
     check_shape(spec, num_tokens, kv_heads, head_dim)
-    key_params = num_key_groups(spec, num_tokens) * kv_heads * head_dim * SCALE_BYTES
-    value_params = num_tokens * kv_heads * (head_dim // spec.value_group_channels) * SCALE_BYTES
-    codes = packed_bytes(num_tokens * kv_heads * head_dim, spec.anchor_bits)
-    return (key_params, key_params, value_params, value_params, codes, codes)
+    check_input_dtype(dtype)
+    sinks = sink_count(spec, num_tokens)
+    quantized = num_tokens - sinks
+    sink_bytes = sinks * kv_heads * head_dim * dtype.itemsize
+    key_params = num_key_groups(spec, quantized) * kv_heads * head_dim * SCALE_BYTES
+    value_params = quantized * kv_heads * (head_dim // spec.value_group_channels) * SCALE_BYTES
+    codes = packed_bytes(quantized * kv_heads * head_dim, spec.anchor_bits)
+    return AnchorSections(sink_bytes, sink_bytes, key_params, key_params, value_params, value_params, codes, codes)
 
 
 def stream_bytes(
     spec: CodecSpec, num_tokens: int, kv_heads: int, head_dim: int, dtype: torch.dtype
 ) -> tuple[int, ...]:
     """Exact byte length of each stream, anchor first; see :meth:`CodecSpec.stream_bytes`."""
-    check_input_dtype(dtype)
-    sizes = [sum(anchor_sections(spec, num_tokens, kv_heads, head_dim))]
-    elements = num_tokens * kv_heads * head_dim
+    sizes = [sum(anchor_sections(spec, num_tokens, kv_heads, head_dim, dtype))]
+    elements = (num_tokens - sink_count(spec, num_tokens)) * kv_heads * head_dim
     sizes += [2 * packed_bytes(elements, width) for width in spec.stage_bits[1:]]
     if spec.raw_residual:
         sizes.append(2 * elements * dtype.itemsize)
@@ -75,7 +105,7 @@ def stream_bytes(
 
 
 def bytes_per_token(spec: CodecSpec, kv_heads: int, head_dim: int, dtype: torch.dtype) -> tuple[float, ...]:
-    """Bytes per token of each stream; see :meth:`CodecSpec.bytes_per_token`."""
+    """Bytes per quantized token of each stream; see :meth:`CodecSpec.bytes_per_token`."""
     check_input_dtype(dtype)
     check_shape(spec, 1, kv_heads, head_dim)
     channels = kv_heads * head_dim

@@ -10,6 +10,7 @@ from lynx.codec import layout
 
 SCALE_DTYPES = ("float16", "bfloat16")
 MAX_TOTAL_BITS = 16
+DEFAULT_SINK_TOKENS = 4
 
 
 @dataclass(frozen=True)
@@ -17,11 +18,13 @@ class CodecSpec:
     """How one layer's K and V are quantized and split into stages.
 
     Attributes:
-        stage_bits: bit width of each quantized stage, most significant first.
-            Stage 0 is the anchor. Their sum ``total_bits`` is in 1..16.
+        stage_bits: bit width of each quantized stage, coarsest first. Stage 0
+            is the anchor, a rounded quantization at its own width; each later
+            stage refines the cell the stages before it left (see
+            :mod:`lynx.codec.stages`). Their sum ``total_bits`` is in 1..16.
         key_group_tokens: keys share a min/scale per (kv_head, channel) over
-            blocks of this many consecutive tokens (the last block may be
-            shorter).
+            blocks of this many consecutive quantized tokens (the last block
+            may be shorter).
         value_group_channels: values share a min/scale per token over groups
             of this many consecutive channels of one head; ``head_dim`` must
             be a multiple of it.
@@ -30,6 +33,9 @@ class CodecSpec:
         raw_residual: append a last stream holding the input tensors' raw
             bytes, so decoding every stage is bit-exact. Requires exactly one
             quantized stage.
+        sink_tokens: the first this many tokens (attention sinks) travel raw,
+            in the input dtype, in the anchor, and are exact from the anchor
+            on; the tokens after them are quantized.
     """
 
     stage_bits: tuple[int, ...]
@@ -37,6 +43,7 @@ class CodecSpec:
     value_group_channels: int = 64
     scale_dtype: str = "float16"
     raw_residual: bool = False
+    sink_tokens: int = DEFAULT_SINK_TOKENS
 
     def __post_init__(self) -> None:
         if isinstance(self.stage_bits, (str, bytes)) or not hasattr(self.stage_bits, "__iter__"):
@@ -56,6 +63,8 @@ class CodecSpec:
                 raise ValueError(f"{name} must be a positive int, got {size!r}")
         if self.scale_dtype not in SCALE_DTYPES:
             raise ValueError(f"scale_dtype must be one of {SCALE_DTYPES}, got {self.scale_dtype!r}")
+        if not _is_int(self.sink_tokens) or self.sink_tokens < 0:
+            raise ValueError(f"sink_tokens must be an int >= 0, got {self.sink_tokens!r}")
         if not isinstance(self.raw_residual, bool):
             raise ValueError(f"raw_residual must be a bool, got {self.raw_residual!r}")
         if self.raw_residual and len(bits) != 1:
@@ -125,8 +134,10 @@ class CodecSpec:
     def bytes_per_token(
         self, kv_heads: int, head_dim: int, dtype: torch.dtype = torch.bfloat16
     ) -> tuple[float, ...]:
-        """Bytes per token of each stream, K and V together, when the token
-        count is a multiple of ``key_group_tokens``.
+        """Bytes each further quantized token adds to each stream, K and V
+        together, counted in whole key groups: for ``T = sink_tokens + m *
+        key_group_tokens`` tokens, ``stream_bytes`` is the sink tokens' raw
+        bytes (anchor only) plus ``T - sink_tokens`` times this.
         """
         return layout.bytes_per_token(self, kv_heads, head_dim, dtype)
 

@@ -1,64 +1,136 @@
-"""Split quantized codes into bit-significance stages and merge them back.
+"""Hierarchical stages: the anchor code and the codes that refine it.
 
-With stage widths ``(w0, ..., w_{S-1})`` summing to ``b``, stage ``s`` holds
-bits ``[low_s, low_s + w_s)`` of each code, where ``low_s`` is the sum of the
-widths after ``s``; stage 0 (the anchor) is the top ``w0`` bits.
+Everything here is in units of a group's anchor step ``s``: an element sits
+at *position* ``t = (x - mn) / s`` in ``[0, L]``, ``L = 2^a - 1`` for an
+``a``-bit anchor, and decodes to ``mn + s * level``. After each stage the
+decoder knows a *cell*, an interval that holds ``t``, and its level:
+
+* Anchor (``a`` bits): code ``c = clamp(floor(t + 1/2), 0, L)``, level ``c``,
+  a rounded ``a``-bit quantization whose grid holds both ends of the group.
+  Its cell is centred, ``[c - 1/2, c + 1/2]``, except at the group's ends,
+  where it is one-sided: extent ``1/2`` above level 0 (``c = 0``) or below
+  level ``L`` (``c = L``), since no element lies beyond the ends.
+* A later stage of ``w`` bits, ``n = 2^w`` codes, splits the cell in ``n``:
+  a centred cell of width ``W`` into centred cells of width ``h = W / n``,
+  levels at their centres; a one-sided cell of extent ``W`` into levels
+  ``j * h`` away from its level towards the group, ``h = 2W / (2n - 1)``,
+  where cell ``j = 0`` (the group's end itself) is again one-sided, of extent
+  ``h / 2``, and the others are centred, of width ``h``. The code is the index
+  ``j`` of the cell that holds ``t``, clamped to ``[0, n)``.
+
+So after any stage each element is within ``h / 2`` of its level, ``h`` the
+step of its cell at that stage (the anchor's is 1); each level lies in the
+previous stage's cell; the group's ends stay exact at every stage. For
+``4+4``: ``h = 1/16`` inside the group, ``1/31`` in its two end cells.
+
+Arithmetic is float32 in a fixed order with no fused multiply-add; the
+Triton kernels (``lynx_kernels.stages``) repeat it op for op.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
 
-def split_stages(codes: torch.Tensor, stage_bits: Sequence[int]) -> list[torch.Tensor]:
-    """Split ``b``-bit codes into one tensor per stage.
+class Cell(NamedTuple):
+    """What the decoder knows of each element after some stages (float32 tensors of one shape).
+
+    Attributes:
+        level: the decoded position.
+        width: the cell's width (centred cells) or extent (one-sided cells).
+        side: 0 for a centred cell, +1 for a cell above its level (the
+            group's low end), -1 for a cell below it (the high end).
+    """
+
+    level: torch.Tensor
+    width: torch.Tensor
+    side: torch.Tensor
+
+
+def anchor_codes(position: torch.Tensor, anchor_bits: int) -> torch.Tensor:
+    """Anchor codes of float32 positions (any shape): ``clamp(floor(t + 1/2), 0, 2^a - 1)``, int32."""
+    top = (1 << anchor_bits) - 1
+    return torch.floor(position + 0.5).clamp_(0, top).to(torch.int32)
+
+
+def anchor_cell(codes: torch.Tensor, anchor_bits: int) -> Cell:
+    """The cell each anchor code leaves (see the module docstring)."""
+    top = (1 << anchor_bits) - 1
+    side = torch.where(codes == 0, 1.0, torch.where(codes == top, -1.0, 0.0))
+    return Cell(codes.float(), torch.where(side == 0, 1.0, 0.5), side)
+
+
+def refine_codes(position: torch.Tensor, cell: Cell, bits: int) -> torch.Tensor:
+    """Codes of a ``bits``-wide stage: the index of the sub-cell of ``cell`` holding ``position``, int32."""
+    count = 1 << bits
+    step = _step(cell, count)
+    offset = position - cell.level
+    offset = torch.where(cell.side == 0, offset, cell.side * offset)
+    bias = torch.where(cell.side == 0, count / 2, 0.5)
+    return torch.floor(offset / step + bias).clamp_(0, count - 1).to(torch.int32)
+
+
+def refine(cell: Cell, codes: torch.Tensor, bits: int) -> Cell:
+    """The cell a ``bits``-wide stage's ``codes`` (int tensor of the cell's shape) leave inside ``cell``."""
+    count = 1 << bits
+    step = _step(cell, count)
+    index = codes.float()
+    centred = (index - (count - 1) / 2) * step
+    sided = cell.side * (index * step)
+    level = cell.level + torch.where(cell.side == 0, centred, sided)
+    first = codes == 0
+    width = torch.where((cell.side != 0) & first, step * 0.5, step)
+    return Cell(level, width, torch.where(first, cell.side, 0.0))
+
+
+def stage_codes(position: torch.Tensor, stage_bits: Sequence[int]) -> list[torch.Tensor]:
+    """Codes of every stage for float32 positions in ``[0, 2^stage_bits[0] - 1]``.
 
     Args:
-        codes: integer tensor of any shape, values in ``[0, 2^b)`` where
-            ``b = sum(stage_bits)``.
-        stage_bits: stage widths, most significant first.
+        position: float32 tensor, any shape.
+        stage_bits: stage widths, anchor first.
 
     Returns:
-        ``len(stage_bits)`` int32 tensors of the shape of ``codes``; entry
-        ``s`` has values in ``[0, 2^stage_bits[s])``.
+        One int32 tensor of ``position``'s shape per stage; stage ``s`` holds
+        values in ``[0, 2^stage_bits[s])``.
     """
     _check_stage_bits(stage_bits)
-    values = codes.to(torch.int32)
-    stages = []
-    low = sum(stage_bits)
-    for width in stage_bits:
-        low -= width
-        stages.append((values >> low) & ((1 << width) - 1))
-    return stages
+    codes = [anchor_codes(position, stage_bits[0])]
+    cell = anchor_cell(codes[0], stage_bits[0])
+    for index, bits in enumerate(stage_bits[1:], 1):
+        codes.append(refine_codes(position, cell, bits))
+        if index + 1 < len(stage_bits):
+            cell = refine(cell, codes[-1], bits)
+    return codes
 
 
-def merge_stages(stage_codes: Sequence[torch.Tensor], stage_bits: Sequence[int]) -> torch.Tensor:
-    """Reassemble the known prefix of each code from its first stages.
+def stage_levels(codes: Sequence[torch.Tensor], stage_bits: Sequence[int]) -> torch.Tensor:
+    """Decoded positions from the first ``n`` stages' codes.
 
     Args:
-        stage_codes: the first ``n`` stages (``1 <= n <= len(stage_bits)``),
-            integer tensors of one shape, as returned by :func:`split_stages`.
-        stage_bits: stage widths, most significant first.
+        codes: ``1 <= n <= len(stage_bits)`` integer tensors of one shape, as
+            :func:`stage_codes` returns (a prefix of them).
+        stage_bits: stage widths, anchor first.
 
     Returns:
-        int32 tensor of that shape holding the top ``p`` bits of each code,
-        ``p = sum(stage_bits[:n])``; with every stage it equals the codes
-        given to :func:`split_stages` bit for bit.
+        float32 levels of that shape; with the anchor alone, its codes.
     """
     _check_stage_bits(stage_bits)
-    if not 1 <= len(stage_codes) <= len(stage_bits):
-        raise ValueError(f"need between 1 and {len(stage_bits)} stages, got {len(stage_codes)}")
-    merged = torch.zeros_like(stage_codes[0], dtype=torch.int32)
-    for codes, width in zip(stage_codes, stage_bits):
-        merged = (merged << width) | codes.to(torch.int32)
-    return merged
+    if not 1 <= len(codes) <= len(stage_bits):
+        raise ValueError(f"need between 1 and {len(stage_bits)} stages, got {len(codes)}")
+    cell = anchor_cell(codes[0], stage_bits[0])
+    for stage, bits in zip(codes[1:], stage_bits[1:]):
+        cell = refine(cell, stage, bits)
+    return cell.level
 
 
-def prefix_bits(stage_bits: Sequence[int], num_stages: int) -> int:
-    """Bits of each code known after receiving the first ``num_stages`` stages."""
-    return sum(stage_bits[:num_stages])
+def _step(cell: Cell, count: int) -> torch.Tensor:
+    centred = cell.width * (1.0 / count)
+    sided = (cell.width + cell.width) / float(2 * count - 1)
+    return torch.where(cell.side == 0, centred, sided)
 
 
 def _check_stage_bits(stage_bits: Sequence[int]) -> None:

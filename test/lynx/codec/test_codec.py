@@ -1,4 +1,4 @@
-"""encode/decode: wire layout, stream sizes, progressive and exact decoding."""
+"""encode/decode: wire layout, stream sizes, sink tokens, progressive and exact decoding."""
 
 import pytest
 import torch
@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lynx.codec import (
+    FORMAT_VERSION,
     CodecSpec,
     EncodedKV,
     decode,
@@ -15,7 +16,6 @@ from lynx.codec import (
     pack_bits,
     quantize_key,
     quantize_value,
-    split_stages,
 )
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
@@ -39,6 +39,7 @@ spec_strategy = st.one_of(
         key_group_tokens=st.sampled_from([1, 7, 16, 64]),
         value_group_channels=st.sampled_from([8, 16, 32]),
         scale_dtype=st.sampled_from(["float16", "bfloat16"]),
+        sink_tokens=st.sampled_from([0, 1, 4, 9]),
     ),
     st.sampled_from([CodecSpec.preset(name) for name in CodecSpec.preset_names()]),
 )
@@ -51,57 +52,87 @@ def test_stream_lengths_equal_stream_bytes_and_every_prefix_decodes_as_reference
     encoded = encode(key, value, spec)
     assert all(stream.dtype == torch.uint8 and stream.dim() == 1 for stream in encoded.streams)
     assert tuple(s.numel() for s in encoded.streams) == spec.stream_bytes(tokens, heads, 64, dtype)
-    key_codes, key_mn, key_scale = quantize_key(key, spec)
-    value_codes, value_mn, value_scale = quantize_value(value, spec)
+    sinks = min(spec.sink_tokens, tokens)
     for count in range(1, spec.num_quantized_stages + 1):
-        known = sum(spec.stage_bits[:count])
-        shift = spec.total_bits - known
         k, v = decode(encoded, stages=count)
         assert k.dtype == dtype and k.shape == key.shape
-        assert torch.equal(k, dequantize_key(key_codes >> shift, key_mn, key_scale, spec, known).to(dtype))
-        assert torch.equal(v, dequantize_value(value_codes >> shift, value_mn, value_scale, spec, known).to(dtype))
+        assert torch.equal(_bits(k[:sinks]), _bits(key[:sinks])) and torch.equal(_bits(v[:sinks]), _bits(value[:sinks]))
+        if sinks < tokens:
+            key_q, value_q = quantize_key(key[sinks:], spec), quantize_value(value[sinks:], spec)
+            expected_k = dequantize_key(key_q.codes[:count], key_q.mn, key_q.scale, spec).to(dtype)
+            expected_v = dequantize_value(value_q.codes[:count], value_q.mn, value_q.scale, spec).to(dtype)
+            assert torch.equal(k[sinks:], expected_k) and torch.equal(v[sinks:], expected_v)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("tokens", [1, 63, 65, 130])
+@pytest.mark.parametrize("tokens", [1, 4, 63, 65, 130])
 def test_bf16_exact_returns_input_bit_for_bit(dtype, tokens):
     key, value = _kv(tokens, dtype=dtype, seed=tokens)
-    spec = CodecSpec.preset("bf16-exact")
-    k, v = decode(encode(key, value, spec))
+    k, v = decode(encode(key, value, CodecSpec.preset("bf16-exact")))
     assert k.dtype == dtype and torch.equal(_bits(k), _bits(key)) and torch.equal(_bits(v), _bits(value))
-    anchor_k, _ = decode(encode(key, value, spec), stages=1)
-    assert torch.equal(anchor_k, decode(encode(key, value, CodecSpec.preset("int4")))[0])
+
+
+@pytest.mark.parametrize("preset", ["int8", "int16", "bf16-exact"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens", [1, 5, 63, 130])
+def test_anchor_only_decode_equals_the_int4_preset_bit_for_bit(preset, dtype, tokens):
+    key, value = _kv(tokens, dtype=dtype, seed=tokens + 1)
+    encoded = encode(key, value, CodecSpec.preset(preset))
+    plain = encode(key, value, CodecSpec.preset("int4"))
+    assert torch.equal(encoded.streams[0], plain.streams[0])
+    anchor_k, anchor_v = decode(encoded, stages=1)
+    int4_k, int4_v = decode(plain)
+    assert torch.equal(_bits(anchor_k), _bits(int4_k)) and torch.equal(_bits(anchor_v), _bits(int4_v))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens", [1, 63, 65, 130])
-def test_anchor_only_decode_within_half_anchor_bucket_of_full_decode(dtype, tokens):
+def test_each_prefix_of_three_stages_within_half_its_step(dtype, tokens):
     spec = CodecSpec(stage_bits=(2, 2, 4))
-    key, value = _kv(tokens, dtype=dtype, seed=tokens + 1)
+    key, value = _kv(tokens, dtype=dtype, seed=tokens + 2)
     encoded = encode(key, value, spec)
-    full_k, full_v = decode(encoded)
-    rough_k, rough_v = decode(encoded, stages=1)
-    _, _, key_scale = quantize_key(key, spec)
-    _, _, value_scale = quantize_value(value, spec)
-    key_bound = key_scale.float().repeat_interleave(64, dim=0)[:tokens] * (2**6 - 1) / 2
-    value_bound = value_scale.float().repeat_interleave(64, dim=2) * (2**6 - 1) / 2
-    slack = 2 * torch.finfo(dtype).eps
-    for rough, full, bound in ((rough_k, full_k, key_bound), (rough_v, full_v, value_bound)):
-        gap = (rough.float() - full.float()).abs()
-        assert bool((gap <= bound + slack * (full.float().abs() + rough.float().abs()) + 1e-6).all())
+    sinks = min(spec.sink_tokens, tokens)
+    key_scale = quantize_key(key[sinks:], spec).scale if sinks < tokens else None
+    value_scale = quantize_value(value[sinks:], spec).scale if sinks < tokens else None
+    for count, step in ((1, 1.0), (2, 1 / 4), (3, 1 / 64)):
+        k, v = decode(encoded, stages=count)
+        assert torch.equal(k[:sinks], key[:sinks]) and torch.equal(v[:sinks], value[:sinks])
+        if key_scale is None:
+            continue
+        key_bound = key_scale.double().repeat_interleave(64, dim=0)[: tokens - sinks] * step / 2
+        value_bound = value_scale.double().repeat_interleave(64, dim=2) * step / 2
+        rounding = torch.finfo(dtype).eps
+        for got, want, bound in ((k[sinks:], key[sinks:], key_bound), (v[sinks:], value[sinks:], value_bound)):
+            gap = (got.double() - want.double()).abs()
+            assert bool((gap <= bound + rounding * got.double().abs() + 1e-6).all())
 
 
 @pytest.mark.parametrize("name", ["int8", "int16"])
-def test_full_decode_error_within_half_bucket_of_input(name):
+def test_full_decode_error_within_half_the_finest_step(name):
     spec = CodecSpec.preset(name)
     key, value = _kv(130, dtype=torch.float32, seed=5)
     k, v = decode(encode(key, value, spec))
-    _, _, key_scale = quantize_key(key, spec)
-    _, _, value_scale = quantize_value(value, spec)
-    key_bound = key_scale.double().repeat_interleave(64, dim=0)[:130] / 2
-    value_bound = value_scale.double().repeat_interleave(64, dim=2) / 2
-    assert bool(((k.double() - key.double()).abs() <= key_bound + 1e-6 * (key.double().abs() + 1)).all())
-    assert bool(((v.double() - value.double()).abs() <= value_bound + 1e-6 * (value.double().abs() + 1)).all())
+    step = 2.0 ** -(spec.total_bits - spec.anchor_bits)
+    key_scale, value_scale = quantize_key(key[4:], spec).scale, quantize_value(value[4:], spec).scale
+    key_bound = key_scale.double().repeat_interleave(64, dim=0)[:126] * step / 2
+    value_bound = value_scale.double().repeat_interleave(64, dim=2) * step / 2
+    assert torch.equal(k[:4], key[:4]) and torch.equal(v[:4], value[:4])
+    assert bool(((k[4:].double() - key[4:].double()).abs() <= key_bound + 1e-6 * (key[4:].double().abs() + 1)).all())
+    assert bool(((v[4:].double() - value[4:].double()).abs() <= value_bound + 1e-6 * (value[4:].double().abs() + 1)).all())
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 4])
+def test_requests_of_sink_tokens_only_travel_raw_in_the_anchor(tokens):
+    key, value = _kv(tokens, seed=8)
+    encoded = encode(key, value, CodecSpec.preset("int8"))
+    assert encoded.streams[0].numel() == 2 * key.numel() * 2 and encoded.streams[1].numel() == 0
+    for count in (1, 2):
+        k, v = decode(encoded, stages=count)
+        assert torch.equal(k, key) and torch.equal(v, value)
+
+
+def test_format_version_is_two():
+    assert FORMAT_VERSION == 2
 
 
 def test_all_zero_input_decodes_to_zeros_at_every_stage():
@@ -112,26 +143,23 @@ def test_all_zero_input_decodes_to_zeros_at_every_stage():
         assert torch.equal(k, key) and torch.equal(v, key)
 
 
-def test_wire_layout_is_params_then_packed_codes_per_stage():
-    spec = CodecSpec(stage_bits=(4, 3, 5), key_group_tokens=16, value_group_channels=32)
+def test_wire_layout_is_sinks_then_params_then_packed_codes_per_stage():
+    spec = CodecSpec(stage_bits=(4, 3, 5), key_group_tokens=16, value_group_channels=32, sink_tokens=2)
     key, value = _kv(21, heads=2, head_dim=64, dtype=torch.float16, seed=9)
     encoded = encode(key, value, spec)
-    key_codes, key_mn, key_scale = quantize_key(key, spec)
-    value_codes, value_mn, value_scale = quantize_value(value, spec)
-    key_stages = split_stages(key_codes.reshape(-1), spec.stage_bits)
-    value_stages = split_stages(value_codes.reshape(-1), spec.stage_bits)
-    params = [_bits(t).reshape(-1) for t in (key_mn, key_scale, value_mn, value_scale)]
-    anchor = torch.cat(params + [pack_bits(key_stages[0], 4), pack_bits(value_stages[0], 4)])
-    assert torch.equal(encoded.streams[0], anchor)
+    key_q, value_q = quantize_key(key[2:], spec), quantize_value(value[2:], spec)
+    params = [_bits(t).reshape(-1) for t in (key[:2], value[:2], key_q.mn, key_q.scale, value_q.mn, value_q.scale)]
+    codes = [pack_bits(key_q.codes[0].reshape(-1), 4), pack_bits(value_q.codes[0].reshape(-1), 4)]
+    assert torch.equal(encoded.streams[0], torch.cat(params + codes))
     for index, width in ((1, 3), (2, 5)):
-        expected = torch.cat([pack_bits(key_stages[index], width), pack_bits(value_stages[index], width)])
+        expected = torch.cat([pack_bits(q.codes[index].reshape(-1), width) for q in (key_q, value_q)])
         assert torch.equal(encoded.streams[index], expected)
 
 
-def test_raw_residual_stream_is_key_bytes_then_value_bytes():
-    key, value = _kv(3, dtype=torch.float32)
+def test_raw_residual_stream_is_quantized_key_bytes_then_value_bytes():
+    key, value = _kv(7, dtype=torch.float32)
     encoded = encode(key, value, CodecSpec.preset("bf16-exact"))
-    assert torch.equal(encoded.streams[1], torch.cat([_bits(key).reshape(-1), _bits(value).reshape(-1)]))
+    assert torch.equal(encoded.streams[1], torch.cat([_bits(key[4:]).reshape(-1), _bits(value[4:]).reshape(-1)]))
 
 
 @pytest.mark.parametrize("preset", ["int8", "bf16-exact"])
