@@ -3,13 +3,19 @@
 Each variant sends with PrioritySender (frames signed at submission, as in
 serving) to a receiver in its own process over 127.0.0.1. Variants:
 
-* ``zmq``: ZmqTransport / ZmqListener as shipped.
+* ``zmq``: ZmqTransport / ZmqListener in plaintext (``--lynx-plaintext-data``).
+* ``zmq-curve``: the same with CurveZMQ, as served by default (every byte
+  encrypted and authenticated by libsodium).
 * ``zmq-zc``: the same sender; the receiver takes frames without copying
   them out of ZeroMQ (``recv_multipart(copy=False)``), a candidate change.
 * ``mooncake``: MooncakeTransport / MooncakeListener over Mooncake's TCP
   transport; the listener copies each message out of its arena (``copy=True``).
 * ``mooncake-view``: the same with ``copy=False``: the receiver reads the
   arena in place (sound only on a trusted fabric).
+* ``mooncake-engine``: the engine alone, the ceiling here: writes of one chunk
+  each from a registered buffer into a registered arena, four in flight, no
+  frames, no notifications (``raw`` only; timed at the sender, from the first
+  write to the last completion).
 
 Each variant runs at every ``--chunks-kib`` size. Receive modes: ``raw``
 counts the bytes the transport delivers; ``frames`` also checks every frame's
@@ -40,6 +46,7 @@ import numpy as np
 import zmq
 
 from lynx.transfer.frames import decode_frame, peek_room
+from lynx.transfer.keys import curve_keys
 from lynx.transfer.pacer import make_pacer
 from lynx.transfer.reassembly import RequestAssembly
 from lynx.transfer.sender import PrioritySender
@@ -47,7 +54,7 @@ from lynx.transfer.zmq_transport import ZmqListener, ZmqTransport
 
 KEY = b"transport-compare-benchmark"
 STREAM = 1
-VARIANTS = ("zmq", "zmq-zc", "mooncake", "mooncake-view")
+VARIANTS = ("zmq", "zmq-curve", "zmq-zc", "mooncake", "mooncake-view", "mooncake-engine")
 
 
 class ZeroCopyZmqListener(ZmqListener):
@@ -60,9 +67,14 @@ class ZeroCopyZmqListener(ZmqListener):
             return [frame.buffer for frame in self._socket.recv_multipart(zmq.NOBLOCK, copy=False)]
 
 
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+def cpu_seconds(pid: int | None = None) -> float:
+    """Process CPU seconds (user + system, all threads) of this process or of ``pid``."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def make_listener(variant: str, max_payload: int):
@@ -71,7 +83,8 @@ def make_listener(variant: str, max_payload: int):
 
         return MooncakeListener(KEY, slots=16, slot_bytes=max_payload, slots_per_peer=8, copy=variant == "mooncake")
     listener_class = ZeroCopyZmqListener if variant == "zmq-zc" else ZmqListener
-    return listener_class(max_message_bytes=max_payload + 64)
+    curve = curve_keys(KEY) if variant == "zmq-curve" else None
+    return listener_class(max_message_bytes=max_payload + 64, curve=curve)
 
 
 def make_transport(variant: str, max_payload: int):
@@ -79,7 +92,66 @@ def make_transport(variant: str, max_payload: int):
         from lynx.transfer.mooncake_transport import MooncakeTransport
 
         return MooncakeTransport(KEY, send_timeout_s=60, staging_slots=8, staging_slot_bytes=max_payload)
-    return ZmqTransport(send_timeout_s=60)
+    return ZmqTransport(send_timeout_s=60, curve=curve_keys(KEY) if variant == "zmq-curve" else None)
+
+
+def serve_arena(size: int, results) -> None:
+    """Receiver process of ``mooncake-engine``: a registered arena and nothing else."""
+    from lynx.transfer.mooncake_engine import MooncakeEngine
+
+    engine = MooncakeEngine()
+    arena = np.zeros(size, dtype=np.uint8)
+    results.put((engine.session, engine.register(arena)))
+    while True:
+        time.sleep(3600)
+
+
+class EnginePeer:
+    """``mooncake-engine``: the engine's own throughput between registered buffers, four writes in flight."""
+
+    DEPTH = 4
+
+    def __init__(self, max_payload: int, context) -> None:
+        from lynx.transfer.mooncake_engine import MooncakeEngine
+
+        self.variant, results = "mooncake-engine", context.Queue()
+        self.process = context.Process(target=serve_arena, args=(self.DEPTH * max_payload, results), daemon=True)
+        self.process.start()
+        self.session, self.arena = results.get(timeout=120)
+        self.engine = MooncakeEngine()
+        self.source = np.frombuffer(os.urandom(self.DEPTH * max_payload), dtype=np.uint8).copy()
+        self.address = self.engine.register(self.source)
+
+    def run(self, room: int, data: bytes, mode: str, chunk_bytes: int, rate_gbps: float) -> dict:
+        from lynx.transfer.mooncake_engine import WriteStatus
+
+        if mode != "raw" or rate_gbps:
+            raise ValueError("mooncake-engine measures unpaced raw writes only")
+        pieces = -(-len(data) // chunk_bytes)
+        cpu, receiver_cpu, start = cpu_seconds(), cpu_seconds(self.process.pid), time.perf_counter()
+        inflight: list[int] = []
+        for piece in range(pieces + self.DEPTH):
+            while len(inflight) >= self.DEPTH or (piece >= pieces and inflight):
+                status = self.engine.status(inflight[0])
+                if status is WriteStatus.FAILED:
+                    raise RuntimeError("a Mooncake write failed")
+                if status is WriteStatus.DONE:
+                    inflight.pop(0)
+                else:
+                    time.sleep(50e-6)
+            if piece < pieces:
+                offset = (piece % self.DEPTH) * chunk_bytes
+                length = min(chunk_bytes, len(data) - piece * chunk_bytes)
+                inflight.append(self.engine.write(self.session, self.address + offset, self.arena + offset, length))
+        elapsed, gigabytes = time.perf_counter() - start, len(data) / 1e9
+        return {"gbps": len(data) * 8 / elapsed / 1e9, "sender_cpu_s_per_gb": (cpu_seconds() - cpu) / gigabytes,
+                "receiver_cpu_s_per_gb": (cpu_seconds(self.process.pid) - receiver_cpu) / gigabytes}
+
+    def close(self) -> None:
+        self.engine.close()
+        if self.process.is_alive():
+            os.kill(self.process.pid, 9)
+        self.process.join(timeout=30)
 
 
 def receive(variant: str, max_payload: int, runs, results) -> None:
@@ -202,22 +274,26 @@ def main() -> int:
     try:
         for variant in variants:
             print(f"starting {variant}", file=sys.stderr, flush=True)
-            peers[variant] = Peer(variant, max_payload, context)
+            if variant == "mooncake-engine":
+                peers[variant] = EnginePeer(max_payload, context)
+            else:
+                peers[variant] = Peer(variant, max_payload, context)
             peers[variant].run(0, data[: 4 * min(chunks)], "raw", min(chunks), 0)
         room = 1
-        cells = [(size, chunk, mode) for size in sizes for chunk in chunks for mode in modes]
-        plan = len(cells) * args.repeats * len(variants) + len(rates) * args.repeats * len(variants)
+        framed = [variant for variant in variants if variant != "mooncake-engine"]
+        cells = [(size, chunk, mode, variant) for size in sizes for chunk in chunks for mode in modes
+                 for variant in (variants if mode == "raw" else framed)]
+        plan = (len(cells) + len(rates) * len(framed)) * args.repeats
         step = 0
         for repeat in range(args.repeats):
-            for size, chunk, mode in cells:
-                for variant in variants:
-                    sample = peers[variant].run(room, data[:size], mode, chunk, 0)
-                    room, step = room + 1, step + 1
-                    unpaced.setdefault((variant, size, chunk, mode), []).append(sample)
-                    print(f"[{step}/{plan}] {variant} {size >> 20} MiB {chunk >> 10} KiB {mode} run {repeat + 1}: "
-                          f"{sample['gbps']:.2f} Gbps", file=sys.stderr, flush=True)
+            for size, chunk, mode, variant in cells:
+                sample = peers[variant].run(room, data[:size], mode, chunk, 0)
+                room, step = room + 1, step + 1
+                unpaced.setdefault((variant, size, chunk, mode), []).append(sample)
+                print(f"[{step}/{plan}] {variant} {size >> 20} MiB {chunk >> 10} KiB {mode} run {repeat + 1}: "
+                      f"{sample['gbps']:.2f} Gbps", file=sys.stderr, flush=True)
             for rate in rates:
-                for variant in variants:
+                for variant in framed:
                     paced_data = data[: int(args.paced_mib * (1 << 20))]
                     sample = peers[variant].run(room, paced_data, "frames", min(chunks), rate)
                     room, step = room + 1, step + 1
@@ -231,7 +307,7 @@ def main() -> int:
     print(f"frame MAC (keyed BLAKE2b-128, 1 MiB pieces): {costs['blake2b_s_per_gb']:.3f} CPU s/GB "
           f"({8 / costs['blake2b_s_per_gb']:.1f} Gbit/s per core); memcpy {costs['memcpy_s_per_gb']:.3f} s/GB")
     print(f"\nunpaced, 127.0.0.1, median of {args.repeats} (CPU: process seconds per GB, all threads)")
-    print(f"{'variant':>9} {'MiB':>5} {'chunk KiB':>9} {'mode':>6} {'Gbps':>7} {'vs zmq':>7} "
+    print(f"{'variant':>15} {'MiB':>5} {'chunk KiB':>9} {'mode':>6} {'Gbps':>7} {'vs zmq':>7} "
           f"{'send s/GB':>9} {'recv s/GB':>9}")
     rows = []
     for (variant, size, chunk, mode), samples in unpaced.items():
@@ -242,18 +318,18 @@ def main() -> int:
         rows.append(row)
     for row in sorted(rows, key=lambda r: (r["mode"], r["mib"], r["chunk_kib"], r["variant"])):
         ratio = f"{row['ratio_to_zmq']:.2f}" if row["ratio_to_zmq"] else "-"
-        print(f"{row['variant']:>9} {row['mib']:>5g} {row['chunk_kib']:>9} {row['mode']:>6} {row['gbps']:>7.2f} "
+        print(f"{row['variant']:>15} {row['mib']:>5g} {row['chunk_kib']:>9} {row['mode']:>6} {row['gbps']:>7.2f} "
               f"{ratio:>7} {row['sender_cpu_s_per_gb']:>9.2f} {row['receiver_cpu_s_per_gb']:>9.2f}")
     paced_rows = []
     if paced:
         print(f"\npaced ({args.paced_mib:g} MiB, {min(chunks) >> 10} KiB chunks, frames mode), median of "
               f"{args.repeats}")
-        print(f"{'variant':>9} {'set Gbps':>9} {'got Gbps':>9} {'ratio':>7}")
+        print(f"{'variant':>15} {'set Gbps':>9} {'got Gbps':>9} {'ratio':>7}")
         for (variant, rate), samples in paced.items():
             row = {"variant": variant, "set_gbps": rate, **median_row(samples), "samples": samples}
             row["ratio"] = row["gbps"] / rate
             paced_rows.append(row)
-            print(f"{variant:>9} {rate:>9g} {row['gbps']:>9.3f} {row['ratio']:>7.3f}")
+            print(f"{variant:>15} {rate:>9g} {row['gbps']:>9.3f} {row['ratio']:>7.3f}")
     if args.json:
         config = {"variants": variants, "sizes": sizes, "chunks": chunks, "modes": modes, "rates_gbps": rates,
                   "paced_mib": args.paced_mib, "repeats": args.repeats, "cpu_count": os.cpu_count(),
