@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# End-to-end check of the `cpu` container image, for real: build it, start a
+# prefill server, a decode server (both SGLang with --lynx) and SGLang's router
+# from it, ask one OpenAI chat completion through the router, check the answer
+# and the Lynx metrics, and stop everything whatever happens. Prints the build
+# time, the image size and the time from starting the containers to the answer.
+#
+#   scripts/container_check.sh              build (layers cached) and check
+#   scripts/container_check.sh --no-cache   rebuild every layer, then check
+#   scripts/container_check.sh --prepare    only install podman and make the base image
+#
+# Runs podman with host networking; every server binds 127.0.0.1 and takes its
+# PD addresses from SGLANG_HOST_IP=127.0.0.1, so all traffic stays on loopback.
+# Where podman, runc or debootstrap are missing it installs them with apt-get
+# (root needed), and where the base image is missing it makes one with
+# debootstrap from the Debian mirror apt is configured with. docs/DEPLOY.md
+# ("Checking the image end to end") describes the run and its figures.
+#
+# Environment: LYNX_IMAGE (default localhost/lynx:cpu), LYNX_BASE_IMAGE
+# (default localhost/debian:bookworm-slim; a name outside localhost/ is pulled
+# by podman instead of made), LYNX_CHECK_TIMEOUT (seconds to wait for the
+# router, default 900).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+IMAGE=${LYNX_IMAGE:-localhost/lynx:cpu}
+BASE_IMAGE=${LYNX_BASE_IMAGE:-localhost/debian:bookworm-slim}
+READY_TIMEOUT=${LYNX_CHECK_TIMEOUT:-900}
+SUITE=bookworm
+MODEL=/opt/lynx/cache/models/SmolLM2-135M-Instruct
+SERVED_MODEL=smollm2
+HOST=127.0.0.1
+
+prepare_only=0
+build_flags=()
+for arg in "$@"; do
+    case "$arg" in
+        --prepare) prepare_only=1 ;;
+        --no-cache) build_flags+=(--no-cache) ;;
+        -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "[check] unknown argument: $arg (see --help)" >&2; exit 2 ;;
+    esac
+done
+
+say() { echo "[check] $*"; }
+die() { echo "[check] FAILED: $*" >&2; exit 1; }
+
+WORK=$(mktemp -d -t lynx-container-check.XXXXXX)
+containers=()
+volumes=()
+
+cleanup() {
+    local rc=$?
+    if ((${#containers[@]})); then
+        if ((rc != 0)); then
+            for name in "${containers[@]}"; do
+                echo "----- last lines of $name -----" >&2
+                podman_ logs --tail 30 "$name" >&2 2>&1 || true
+            done
+        fi
+        say "stopping ${containers[*]}"
+        podman_ rm --force --time 10 "${containers[@]}" >/dev/null 2>&1 || true
+    fi
+    if ((${#volumes[@]})); then
+        podman_ volume rm --force "${volumes[@]}" >/dev/null 2>&1 || true
+    fi
+    rm -rf "$WORK"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- podman, configured for this kind of sandbox --------------------------------------------
+
+ensure_tools() {
+    local missing=()
+    command -v podman >/dev/null || missing+=(podman)
+    command -v runc >/dev/null || missing+=(runc)
+    if [[ $BASE_IMAGE == localhost/* ]] && ! command -v debootstrap >/dev/null; then
+        missing+=(debootstrap)
+    fi
+    ((${#missing[@]} == 0)) && return
+    [[ $(id -u) -eq 0 ]] || die "${missing[*]} missing; install them (apt-get install ${missing[*]}) or run this as root"
+    say "installing ${missing[*]} with apt-get"
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+}
+
+# podman's defaults (ulimits, systemd cgroups) fail in containers-in-a-sandbox
+# set-ups; these settings work both there and on a normal host.
+printf '[containers]\ndefault_ulimits = []\n' > "$WORK/containers.conf"
+export CONTAINERS_CONF="$WORK/containers.conf"
+podman_() { podman --runtime runc --cgroup-manager cgroupfs "$@"; }
+
+debian_mirror() {
+    local uri=""
+    if compgen -G "/etc/apt/sources.list.d/*.sources" >/dev/null; then
+        uri=$(awk -v suite="$SUITE" '
+            /^[[:space:]]*$/ { u = ""; s = 0 }
+            /^URIs:/ { u = $2 }
+            /^Suites:/ { for (i = 2; i <= NF; i++) if ($i == suite) s = 1 }
+            u != "" && s { print u; exit }' /etc/apt/sources.list.d/*.sources)
+    fi
+    if [[ -z $uri ]]; then
+        uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+            sed -E 's/\[[^]]*\]//' |
+            awk -v suite="$SUITE" '$1 == "deb" && $3 == suite { print $2; exit }')
+    fi
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+
+ensure_base_image() {
+    if podman_ image exists "$BASE_IMAGE"; then
+        say "base image $BASE_IMAGE is present"
+        return
+    fi
+    if [[ $BASE_IMAGE != localhost/* ]]; then
+        say "pulling $BASE_IMAGE"
+        podman_ pull "$BASE_IMAGE"
+        return
+    fi
+    [[ $(id -u) -eq 0 ]] || die "making $BASE_IMAGE with debootstrap needs root"
+    local mirror root
+    mirror=$(debian_mirror)
+    root="$WORK/rootfs"
+    # ca-certificates: the build mounts the host's bundle over /etc/ssl/certs,
+    # where the package could not be configured during the build.
+    say "making $BASE_IMAGE: debootstrap --variant=minbase $SUITE from $mirror"
+    debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$root" "$mirror" > "$WORK/debootstrap.log" 2>&1 ||
+        { tail -20 "$WORK/debootstrap.log" >&2; die "debootstrap failed"; }
+    rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+    tar -C "$root" -c . | podman_ import - "$BASE_IMAGE" >/dev/null
+    rm -rf "$root"
+    say "base image $BASE_IMAGE ready"
+}
+
+ensure_tools
+ensure_base_image
+if ((prepare_only)); then
+    say "prepared: podman $(podman --version | awk '{print $3}'), base image $BASE_IMAGE"
+    exit 0
+fi
+
+# --- build ------------------------------------------------------------------------------------
+
+build_args=(--build-arg "BASE_IMAGE=$BASE_IMAGE")
+ca_mount=()
+# pip inside the build trusts the host's CA bundle, mounted for the build only.
+if [[ -s /etc/ssl/certs/ca-certificates.crt ]]; then
+    ca_mount=(--volume /etc/ssl/certs:/etc/ssl/certs:ro)
+fi
+say "building $IMAGE (--target cpu; the first build downloads about 5 GB of wheels)"
+build_start=$(date +%s)
+if ! podman_ build --format docker --network host --target cpu --tag "$IMAGE" \
+    "${build_args[@]}" "${ca_mount[@]}" "${build_flags[@]}" . 2>&1 | tee "$WORK/build.log" |
+    { grep --line-buffered -E '^(\[[0-9]+/[0-9]+\] )?(STEP|COMMIT)' || true; }; then
+    tail -30 "$WORK/build.log" >&2
+    die "podman build failed"
+fi
+build_s=$(($(date +%s) - build_start))
+image_bytes=$(podman_ image inspect --format '{{.Size}}' "$IMAGE")
+say "built $IMAGE in ${build_s}s; image size $(awk -v b="$image_bytes" 'BEGIN { printf "%.2f GB", b / 1e9 }')"
+
+# --- serve ------------------------------------------------------------------------------------
+
+port_in_use() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+taken=" "
+pick_port() {  # a free port on 127.0.0.1, not picked before; sets $port
+    while :; do
+        port=$((20000 + RANDOM % 40000))
+        [[ $taken == *" $port "* ]] || port_in_use "$port" || break
+    done
+    taken+="$port "
+}
+pick_port; prefill_port=$port
+pick_port; decode_port=$port
+pick_port; bootstrap_port=$port
+pick_port; router_port=$port
+pick_port; router_metrics_port=$port
+
+# The transfer secret: made now, mounted read-only, never in the image.
+secret_dir="$WORK/secret"
+mkdir -m 700 "$secret_dir"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret_dir/lynx-secret"
+chmod 444 "$secret_dir/lynx-secret"
+
+tag=$$
+# Hardened as the deployments run it: read-only root, writable /tmp and home
+# (a named volume: podman's tmpfs would be root's), checks run by this script
+# (podman schedules HEALTHCHECKs with systemd timers, which need not exist).
+run_container() {  # name, health URL, command...
+    local name=$1 health=$2
+    shift 2
+    volumes+=("$name-home")
+    containers+=("$name")
+    podman_ volume create "$name-home" >/dev/null
+    podman_ run --detach --name "$name" --network host --shm-size 1g \
+        --read-only --volume "$name-home:/home/lynx" --health-interval disable \
+        --env SGLANG_HOST_IP=$HOST --env OMP_NUM_THREADS=1 \
+        --env LYNX_HEALTH_URL="$health" \
+        --volume "$secret_dir/lynx-secret:/run/secrets/lynx-secret:ro" \
+        "$IMAGE" "$@" >/dev/null 2>"$WORK/$name.err" || { cat "$WORK/$name.err" >&2; die "cannot start $name"; }
+}
+
+server_args=(
+    python -m sglang.launch_server
+    --model-path "$MODEL" --served-model-name "$SERVED_MODEL"
+    --lynx --lynx-secret-file /run/secrets/lynx-secret
+    --host "$HOST" --disaggregation-bootstrap-port "$bootstrap_port"
+    --mem-fraction-static 0.3 --max-total-tokens 16384
+    --dtype float32 --kv-cache-dtype bfloat16
+    --enable-metrics
+)
+say "starting prefill (:$prefill_port), decode (:$decode_port) and router (:$router_port) containers"
+serve_start=$(date +%s)
+run_container "lynx-check-prefill-$tag" "http://$HOST:$prefill_port/health" \
+    "${server_args[@]}" --port "$prefill_port" --disaggregation-mode prefill
+run_container "lynx-check-decode-$tag" "http://$HOST:$decode_port/health" \
+    "${server_args[@]}" --port "$decode_port" --disaggregation-mode decode
+run_container "lynx-check-router-$tag" "http://$HOST:$router_port/readiness" \
+    smg launch --pd-disaggregation \
+    --prefill "http://$HOST:$prefill_port" "$bootstrap_port" \
+    --decode "http://$HOST:$decode_port" \
+    --host "$HOST" --port "$router_port" \
+    --prometheus-host "$HOST" --prometheus-port "$router_metrics_port" \
+    --worker-startup-check-interval 1 --health-check-interval-secs 10 \
+    --health-check-timeout-secs 130 --log-level warn
+
+# Ready when the router's own HEALTHCHECK (GET /readiness) passes: it answers
+# 200 only once it has healthy prefill and decode workers.
+say "waiting for the router's health check (up to ${READY_TIMEOUT}s)"
+deadline=$(($(date +%s) + READY_TIMEOUT))
+until podman_ healthcheck run "lynx-check-router-$tag" >/dev/null 2>&1; do
+    for name in "${containers[@]}"; do
+        [[ $(podman_ inspect --format '{{.State.Running}}' "$name") == true ]] || die "$name exited"
+    done
+    (($(date +%s) < deadline)) || die "router not ready after ${READY_TIMEOUT}s"
+    sleep 5
+done
+ready_s=$(($(date +%s) - serve_start))
+say "router ready ${ready_s}s after the containers started"
+
+# --- ask, and check -------------------------------------------------------------------------
+
+# The client runs in a container from the same image (it has the openai package).
+client=$(cat <<'PY'
+import json, os, sys, time, urllib.request
+from openai import OpenAI
+
+router, decode, model = os.environ["ROUTER"], os.environ["DECODE"], os.environ["MODEL"]
+question = "What is the capital of France? Answer in one sentence."
+started = time.monotonic()
+reply = OpenAI(base_url=f"{router}/v1", api_key="none", timeout=600).chat.completions.create(
+    model=model, messages=[{"role": "user", "content": question}], max_tokens=48, temperature=0
+)
+answer = reply.choices[0].message.content
+answer_s = time.monotonic() - started
+body = {"text": question, "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
+req = urllib.request.Request(f"{router}/generate", data=json.dumps(body).encode(),
+                             headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=600) as resp:
+    lynx = json.loads(resp.read())["meta_info"].get("lynx")
+with urllib.request.urlopen(f"{decode}/metrics", timeout=30) as resp:
+    metrics = resp.read().decode()
+requests = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("lynx:requests_total"))
+print(json.dumps({"answer": answer, "answer_s": round(answer_s, 2), "lynx": lynx,
+                  "lynx_requests_total": requests}))
+PY
+)
+say "asking through the router: What is the capital of France?"
+result=$(podman_ run --rm --network host --read-only --no-healthcheck \
+    --env ROUTER="http://$HOST:$router_port" --env DECODE="http://$HOST:$decode_port" \
+    --env MODEL="$SERVED_MODEL" "$IMAGE" python -c "$client") || die "the client failed"
+first_answer_s=$(($(date +%s) - serve_start))
+echo "$result"
+
+check() {  # python expression over `r` (the client's JSON), message
+    podman_ run --rm --network none --no-healthcheck "$IMAGE" python -c \
+        "import json, sys; r = json.loads(sys.argv[1]); sys.exit(0 if ($1) else 1)" "$result" ||
+        die "$2"
+}
+check '"paris" in r["answer"].lower()' "the answer does not name Paris"
+check 'r["lynx"] and r["lynx"]["mode"] == "lynx" and r["lynx"]["transferred_tokens"] > 0' \
+    "the decode server's meta_info has no Lynx transfer"
+check 'r["lynx_requests_total"] >= 2' "the decode server's lynx:requests_total did not count both requests"
+for name in "${containers[@]}"; do
+    podman_ healthcheck run "$name" >/dev/null 2>&1 || die "$name failed its HEALTHCHECK"
+done
+
+say "PASSED"
+say "build ${build_s}s; image $(awk -v b="$image_bytes" 'BEGIN { printf "%.2f GB", b / 1e9 }'); router ready ${ready_s}s; first answer ${first_answer_s}s after the containers started"
