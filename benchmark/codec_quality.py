@@ -5,10 +5,12 @@ over the collection), the model prefills the first ``N - C`` tokens
 (``C = --continuation``). Its KV cache, cast to bfloat16, is the reference
 "BF16 KV" and the codec input. For every preset, and the three-stage spec
 ``CodecSpec(stage_bits=(2, 2, 4))``, and every number of streams received
-(anchor only ... all), this reports:
+(anchor only ... all), and with ``--candidates`` for every anchor and
+residual design of ``anchor_candidates.py``, this reports:
 
 * bytes per token of each stream and of the streams used, K+V over all layers,
-  from ``spec.bytes_per_token`` and checked against the encoded stream sizes;
+  exactly for the ``N - C`` prefix tokens (raw sink tokens included), from
+  ``spec.stream_bytes`` and checked against the encoded stream sizes;
 * relative attention-output error ``||o_hat - o|| / ||o||`` per layer and
   query head (GQA: query head ``h`` reads KV head ``h // group``), averaged
   over heads and prompts; mean and max over layers. The queries are the
@@ -40,6 +42,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from anchor_candidates import candidates
 from lynx.codec import CodecSpec, decode, encode
 
 DEFAULT_JSON = Path(__file__).resolve().parents[1] / "results" / "codec_quality.json"
@@ -149,35 +152,47 @@ def continuation_argmax(model, kv: list, continuation: torch.Tensor) -> torch.Te
     return logits.argmax(dim=-1)
 
 
-def variant_rows(num_layers: int, kv_heads: int, head_dim: int) -> list[dict]:
-    """One result record per (spec, streams used), accumulators empty."""
+def variant_rows(num_layers: int, kv_heads: int, head_dim: int, tokens: int, designs: list) -> list[dict]:
+    """One result record per (spec, streams used), then per design; accumulators empty.
+
+    Bytes per token are exact for ``tokens`` tokens: each stream's bytes over all layers, over ``tokens``.
+    """
     rows = []
     for name, spec in specs():
-        streams = [b * num_layers for b in spec.bytes_per_token(kv_heads, head_dim, torch.bfloat16)]
+        streams = [b * num_layers / tokens for b in spec.stream_bytes(tokens, kv_heads, head_dim, torch.bfloat16)]
         for stages in range(1, spec.num_stages + 1):
-            rows.append({"spec": name, "stage_bits": list(spec.stage_bits), "raw_residual": spec.raw_residual,
-                         "key_group_tokens": spec.key_group_tokens,
-                         "value_group_channels": spec.value_group_channels, "scale_dtype": spec.scale_dtype,
-                         "stages": stages, "num_stages": spec.num_stages, "stream_bytes_per_token": streams,
-                         "bytes_per_token": sum(streams[:stages]), "layer_errors": [], "equal": [],
-                         "measured_stream_bytes_per_token": None})
+            rows.append(_row(name, spec, stages, streams) | {"measured_stream_bytes_per_token": None})
+    for design in designs:
+        streams = [b * num_layers / tokens for b in design.spec.stream_bytes(tokens, kv_heads, head_dim)]
+        stages = 1 if design.study == "anchor" else design.spec.num_stages
+        streams[0] += design.extra_bytes(tokens, kv_heads, head_dim) * num_layers / tokens
+        rows.append(_row(design.name, design.spec, stages, streams[:stages])
+                    | {"study": design.study, "simulated": design.simulated})
     return rows
+
+
+def _row(name: str, spec: CodecSpec, stages: int, streams: list[float]) -> dict:
+    return {"spec": name, "stage_bits": list(spec.stage_bits), "raw_residual": spec.raw_residual,
+            "sink_tokens": spec.sink_tokens, "key_group_tokens": spec.key_group_tokens,
+            "value_group_channels": spec.value_group_channels, "scale_dtype": spec.scale_dtype,
+            "stages": stages, "num_stages": spec.num_stages, "stream_bytes_per_token": streams,
+            "bytes_per_token": sum(streams[:stages]), "layer_errors": [], "equal": []}
 
 
 def encode_layers(kv: list, spec: CodecSpec, expected: list[float], name: str) -> tuple[list, list[float]]:
     """Encode every layer's ``(k, v)``; return the encodings and the measured bytes per token of
-    each stream over all layers, which must equal ``expected`` when the token count is a multiple
-    of ``key_group_tokens`` (otherwise the last key group is padded).
+    each stream over all layers, which must equal ``expected``.
     """
     tokens = kv[0][0].shape[0]
     encoded = [encode(k, v, spec) for k, v in kv]
     measured = [sum(enc.streams[s].numel() for enc in encoded) / tokens for s in range(spec.num_stages)]
-    if tokens % spec.key_group_tokens == 0 and measured != expected:
-        raise SystemExit(f"error: {name} streams hold {measured} B/token, bytes_per_token says {expected}")
+    if measured != expected:
+        raise SystemExit(f"error: {name} streams hold {measured} B/token, stream_bytes says {expected}")
     return encoded, measured
 
 
-def evaluate_prompt(model, ids: torch.Tensor, args: argparse.Namespace, rows: list[dict], label: str) -> float:
+def evaluate_prompt(model, ids: torch.Tensor, args: argparse.Namespace, rows: list[dict], label: str,
+                    designs: dict) -> float:
     """Add one prompt's errors and agreements to ``rows``; return the query check's max error."""
     prefix, continuation = ids[:, : -args.continuation], ids[:, -args.continuation :]
     kv32, queries, outputs = prefill(model, prefix, args.queries)
@@ -191,16 +206,20 @@ def evaluate_prompt(model, ids: torch.Tensor, args: argparse.Namespace, rows: li
     reference_top = continuation_argmax(model, kv, continuation)
     encoded, spec_by_name = {}, dict(specs())
     for row in rows:
-        spec = spec_by_name[row["spec"]]
-        if row["spec"] not in encoded:
-            encoded[row["spec"]], measured = encode_layers(kv, spec, row["stream_bytes_per_token"], row["spec"])
-            for other in rows:
-                if other["spec"] == row["spec"]:
-                    other["measured_stream_bytes_per_token"] = measured
-        decoded = [decode(enc, row["stages"]) for enc in encoded[row["spec"]]]
-        if row["spec"] == "bf16-exact" and row["stages"] == row["num_stages"]:
-            if not all(torch.equal(a, b) for pair, ref in zip(decoded, kv) for a, b in zip(pair, ref)):
-                raise SystemExit("error: bf16-exact with every stream did not rebuild the BF16 KV bit for bit")
+        if row["spec"] in designs:
+            decoded = [designs[row["spec"]].decode(k, v) for k, v in kv]
+        else:
+            if row["spec"] not in encoded:
+                spec = spec_by_name[row["spec"]]
+                expected = row["stream_bytes_per_token"]
+                encoded[row["spec"]], measured = encode_layers(kv, spec, expected, row["spec"])
+                for other in rows:
+                    if other["spec"] == row["spec"]:
+                        other["measured_stream_bytes_per_token"] = measured
+            decoded = [decode(enc, row["stages"]) for enc in encoded[row["spec"]]]
+        exact = row["spec"] == "bf16-exact" and row["stages"] == row["num_stages"]
+        if exact and not all(torch.equal(a, b) for pair, ref in zip(decoded, kv) for a, b in zip(pair, ref)):
+            raise SystemExit("error: bf16-exact with every stream did not rebuild the BF16 KV bit for bit")
         row["layer_errors"].append([float(relative_error(attention(q, k, v, scaling), o).mean())
                                     for q, (k, v), o in zip(queries, decoded, reference_out)])
         top = continuation_argmax(model, decoded, continuation)
@@ -208,7 +227,7 @@ def evaluate_prompt(model, ids: torch.Tensor, args: argparse.Namespace, rows: li
         agreement = sum(row["equal"][-1]) / args.continuation
         print(f"[{label}] {row['spec']} {row['stages']}/{row['num_stages']}: agreement {agreement:.4f}",
               file=sys.stderr, flush=True)
-        if row["spec"] == "bf16-exact" and row["stages"] == row["num_stages"] and agreement != 1.0:
+        if exact and agreement != 1.0:
             raise SystemExit(f"error: bf16-exact with every stream agreed on {agreement:.4f} of positions, not 1.0")
     return check
 
@@ -229,12 +248,12 @@ def print_table(rows: list[dict], config: dict) -> None:
           f"(prefix {config['prefix_tokens']}, {config['continuation']} teacher-forced), attention error over the "
           f"last {config['queries']} prefix queries; bytes/token are K+V over {config['num_layers']} layers "
           f"(BF16: {config['bf16_bytes_per_token']:g}); {config['threads']} thread(s)")
-    print(f"{'spec':<11} {'streams':>7} {'stream B/token':<22} {'used B/token':>12} {'of BF16':>8} "
+    print(f"{'spec':<34} {'streams':>7} {'stream B/token':<26} {'used B/token':>12} {'of BF16':>8} "
           f"{'attn err mean':>13} {'attn err max':>12} {'top-1 agree':>11}")
     for row in rows:
-        streams = "+".join(f"{b:g}" for b in row["stream_bytes_per_token"])
-        print(f"{row['spec']:<11} {row['stages']:>3}/{row['num_stages']:<3} {streams:<22} "
-              f"{row['bytes_per_token']:>12g} {row['of_bf16']:>8.4f} {row['attn_err_mean']:>13.3e} "
+        streams = "+".join(f"{b:.1f}" for b in row["stream_bytes_per_token"])
+        print(f"{row['spec']:<34} {row['stages']:>3}/{row['num_stages']:<3} {streams:<26} "
+              f"{row['bytes_per_token']:>12.1f} {row['of_bf16']:>8.4f} {row['attn_err_mean']:>13.3e} "
               f"{row['attn_err_max']:>12.3e} {row['agreement']:>11.4f}")
 
 
@@ -248,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="last prefix positions whose queries measure attention error (default 64)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (default: torch's, which follows OMP_NUM_THREADS)")
+    parser.add_argument("--candidates", action="store_true",
+                        help="also measure the anchor and residual designs of benchmark/anchor_candidates.py")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON,
                         help="write config and every result here (default results/codec_quality.json)")
     args = parser.parse_args(argv)
@@ -259,8 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = load_model(args.threads)
     cfg = model.config
     prompts = prompt_ids(tokenizer, args.num_prompts, args.prompt_tokens)
-    rows = variant_rows(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim)
-    checks = [evaluate_prompt(model, ids, args, rows, f"prompt {number + 1}/{len(prompts)}")
+    designs = {design.name: design for design in candidates()} if args.candidates else {}
+    prefix_tokens = args.prompt_tokens - args.continuation
+    rows = variant_rows(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, prefix_tokens,
+                        list(designs.values()))
+    checks = [evaluate_prompt(model, ids, args, rows, f"prompt {number + 1}/{len(prompts)}", designs)
               for number, (_, ids) in enumerate(prompts)]
     bf16_bytes = 2 * cfg.num_key_value_heads * cfg.head_dim * 2 * cfg.num_hidden_layers
     summarize(rows, bf16_bytes)
@@ -269,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         "kv_dtype": "bfloat16", "num_layers": cfg.num_hidden_layers, "kv_heads": cfg.num_key_value_heads,
         "query_heads": cfg.num_attention_heads, "head_dim": cfg.head_dim, "num_prompts": args.num_prompts,
         "prompt_essay_indices": [index for index, _ in prompts], "prompt_tokens": args.prompt_tokens,
-        "prefix_tokens": args.prompt_tokens - args.continuation, "continuation": args.continuation,
+        "prefix_tokens": prefix_tokens, "continuation": args.continuation, "candidates": args.candidates,
         "queries": args.queries, "bf16_bytes_per_token": bf16_bytes, "query_check_max_rel_err": max(checks),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
     }

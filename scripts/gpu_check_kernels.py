@@ -1,10 +1,12 @@
 """Check the Lynx Triton pool kernels on a CUDA GPU: exactness first, then bandwidth.
 
-Exactness: for every codec preset, the fused encode must give the reference
+Exactness: for every codec preset, the three-stage spec 2+2+4 and the int8
+split without sink tokens, the fused encode must give the reference
 ``encode_from_pool`` streams byte for byte, and decode (every stage count)
 and the residual upgrade must leave pools bit-identical to the reference, on
 realistic shapes (bf16, random permuted slots in a larger pool), on edge
-values, and against the CPU reference on a slice.
+values, on a request of fewer tokens than the sink tokens, and against the
+CPU reference on a slice.
 
 Bandwidth: medians of CUDA-event timings. Encode is reported as GB/s of bf16
 K+V read, decode as GB/s of bf16 K+V written, each beside a plain device copy
@@ -63,7 +65,8 @@ def main() -> int:
         print(f"gpu_check_kernels: {message} (exit 2).", file=sys.stderr)
         return EXIT_NO_GPU
     specs = {name: CodecSpec.preset(name) for name in CodecSpec.preset_names()}
-    mismatches = check_exactness(args, specs, "cuda")
+    extra = {"2+2+4": CodecSpec(stage_bits=(2, 2, 4)), "int8 no sinks": CodecSpec(stage_bits=(4, 4), sink_tokens=0)}
+    mismatches = check_exactness(args, {**specs, **extra}, "cuda")
     rows = measure_bandwidth(args, specs, "cuda")
     print_table(rows)
     for failure in mismatches:
@@ -100,10 +103,12 @@ def make_request(tokens: int, heads: int, head_dim: int, pool_factor: int, devic
 
 
 def edge_request(device: str):
-    """Constant groups, zeros, tiny/subnormal and large values; no group mixes +0.0 and -0.0."""
+    """Constant key groups (after 4 sink tokens), zeros, tiny/subnormal and large values; no group
+    mixes +0.0 and -0.0.
+    """
     k_pool, v_pool, slots = make_request(256, 4, 128, 2, device, seed=7)
-    k_pool[slots[:64]] = 0.0
-    k_pool[slots[64:128]] = -3.0
+    k_pool[slots[4:68]] = 0.0
+    k_pool[slots[68:132]] = -3.0
     v_pool[slots[:64]] = (v_pool[slots[:64]].float().abs() * 1e-38).to(torch.bfloat16)
     v_pool[slots[64:128], 0] = torch.linspace(-3e4, 3e4, 128, device=device).to(torch.bfloat16)
     return k_pool, v_pool, slots
@@ -151,10 +156,12 @@ def check_exactness(args: argparse.Namespace, specs: dict, device: str) -> list[
     failures = []
     k_pool, v_pool, slots = make_request(args.tokens, args.heads, args.head_dim, args.pool_factor, device)
     edge = edge_request(device)
+    sinks_only = make_request(3, args.heads, args.head_dim, args.pool_factor, device, seed=3)
     for step, (name, spec) in enumerate(specs.items(), 1):
         print(f"[{step}/{len(specs)}] exactness {name}", file=sys.stderr, flush=True)
         failures += compare(f"{name} realistic", spec, k_pool, v_pool, slots, slots[: args.cpu_slice])
         failures += compare(f"{name} edge", spec, *edge, reference_slots=edge[2])
+        failures += compare(f"{name} 3 tokens", spec, *sinks_only, reference_slots=sinks_only[2])
     return failures
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
 
@@ -57,5 +58,27 @@ def test_quality_tiny_run_checks_bytes_and_bf16_exactness(tmp_path, model_path):
         assert 0 <= row["agreement"] <= 1 and row["attn_err_mean"] >= 0
     exact = rows[("bf16-exact", 2)]
     assert exact["agreement"] == 1.0 and exact["attn_err_max"] == 0.0
-    assert rows[("int8", 1)]["of_bf16"] <= 0.29
-    assert rows[("2+2+4", 1)]["attn_err_mean"] > rows[("2+2+4", 3)]["attn_err_mean"]
+    for split in (("int8", 1), ("int16", 1), ("bf16-exact", 1)):
+        assert {key: rows[split][key] for key in ("bytes_per_token", "attn_err_per_layer", "agreement")} == {
+            key: rows[("int4", 1)][key] for key in ("bytes_per_token", "attn_err_per_layer", "agreement")}
+    assert rows[("2+2+4", 1)]["attn_err_mean"] > rows[("2+2+4", 2)]["attn_err_mean"] > rows[("2+2+4", 3)]["attn_err_mean"]
+
+
+def test_every_candidate_design_decodes_a_layer_to_its_shape_and_near_the_input():
+    sys.path.insert(0, str(BENCHMARK))
+    try:
+        from anchor_candidates import candidates
+    finally:
+        sys.path.remove(str(BENCHMARK))
+    generator = torch.Generator().manual_seed(0)
+    key = (torch.randn(150, 2, 64, generator=generator) * torch.linspace(0.1, 8, 64)).bfloat16()
+    value = torch.randn(150, 2, 64, generator=generator).bfloat16()
+    designs = candidates()
+    assert len({design.name for design in designs}) == len(designs)
+    for design in designs:
+        k, v = design.decode(key, value)
+        assert k.shape == key.shape and v.dtype == value.dtype, design.name
+        bound = 0.2 if design.study == "anchor" else 0.02
+        for got, want in ((k, key), (v, value)):
+            assert float((got.float() - want.float()).norm() / want.float().norm()) < bound, design.name
+        assert design.extra_bytes(150, 2, 64) >= 0
