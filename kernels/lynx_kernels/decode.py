@@ -185,8 +185,8 @@ def upgrade_in_pool(
 ) -> None:
     """Triton twin of :func:`lynx.codec.pool.upgrade_in_pool`.
 
-    Like the reference it recomputes every value from the anchor codes merged
-    with the residual codes (a full decode of all present streams) rather than
+    Like the reference it recomputes every value from the codes of every
+    stage (a full decode of all present streams) rather than
     adding a delta to the anchor-only values the slots hold, so the slots end
     bit-identical to a full :func:`decode_into_pool`.
 

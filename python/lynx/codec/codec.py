@@ -156,33 +156,43 @@ def decode(encoded: EncodedKV, stages: int | None = None) -> tuple[torch.Tensor,
     spec, dtype = encoded.spec, encoded.dtype
     tokens, heads, head_dim = encoded.num_tokens, encoded.kv_heads, encoded.head_dim
     sinks = sink_count(spec, tokens)
-    shape = (tokens - sinks, heads, head_dim)
     sections = _anchor_sections(encoded)
-    sink_shape = (sinks, heads, head_dim)
-    key_parts = [_from_bytes(sections.sink_keys, dtype, sink_shape)]
-    value_parts = [_from_bytes(sections.sink_values, dtype, sink_shape)]
+    key = [_from_bytes(sections.sink_keys, dtype, (sinks, heads, head_dim))]
+    value = [_from_bytes(sections.sink_values, dtype, (sinks, heads, head_dim))]
+    shape = (tokens - sinks, heads, head_dim)
     if sinks < tokens and spec.raw_residual and count == spec.num_stages:
         raw = encoded.streams[-1]
-        half = raw.numel() // 2
-        key_parts.append(_from_bytes(raw[:half], dtype, shape))
-        value_parts.append(_from_bytes(raw[half:], dtype, shape))
+        key.append(_from_bytes(raw[: raw.numel() // 2], dtype, shape))
+        value.append(_from_bytes(raw[raw.numel() // 2 :], dtype, shape))
     elif sinks < tokens:
-        quantized = min(count, spec.num_quantized_stages)
-        elements = shape[0] * heads * head_dim
-        key_codes = [unpack_bits(sections.key_codes, spec.anchor_bits, elements).reshape(shape)]
-        value_codes = [unpack_bits(sections.value_codes, spec.anchor_bits, elements).reshape(shape)]
-        for width, stream in zip(spec.stage_bits[1:quantized], encoded.streams[1:quantized]):
-            key_bytes = packed_bytes(elements, width)
-            key_codes.append(unpack_bits(stream[:key_bytes], width, elements).reshape(shape))
-            value_codes.append(unpack_bits(stream[key_bytes:], width, elements).reshape(shape))
-        key_params = (num_key_groups(spec, shape[0]), heads, head_dim)
-        value_params = (shape[0], heads, head_dim // spec.value_group_channels)
-        scale_dtype = spec.torch_scale_dtype
-        key_mn, key_scale = (_from_bytes(b, scale_dtype, key_params) for b in sections[2:4])
-        value_mn, value_scale = (_from_bytes(b, scale_dtype, value_params) for b in sections[4:6])
-        key_parts.append(dequantize_key(key_codes, key_mn, key_scale, spec).to(dtype))
-        value_parts.append(dequantize_value(value_codes, value_mn, value_scale, spec).to(dtype))
-    return torch.cat(key_parts), torch.cat(value_parts)
+        quantized_key, quantized_value = _dequantize(encoded, sections, min(count, spec.num_quantized_stages), shape)
+        key.append(quantized_key.to(dtype))
+        value.append(quantized_value.to(dtype))
+    return torch.cat(key), torch.cat(value)
+
+
+def _dequantize(
+    encoded: EncodedKV, sections: AnchorSections, stages: int, shape: tuple[int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 ``[Q, H, D]`` quantized keys and values from the first ``stages`` quantized stages."""
+    spec = encoded.spec
+    tokens, heads, head_dim = shape
+    elements = tokens * heads * head_dim
+    key_codes = [unpack_bits(sections.key_codes, spec.anchor_bits, elements).reshape(shape)]
+    value_codes = [unpack_bits(sections.value_codes, spec.anchor_bits, elements).reshape(shape)]
+    for width, stream in zip(spec.stage_bits[1:stages], encoded.streams[1:stages]):
+        key_bytes = packed_bytes(elements, width)
+        key_codes.append(unpack_bits(stream[:key_bytes], width, elements).reshape(shape))
+        value_codes.append(unpack_bits(stream[key_bytes:], width, elements).reshape(shape))
+    scale_dtype = spec.torch_scale_dtype
+    key_params = (num_key_groups(spec, tokens), heads, head_dim)
+    value_params = (tokens, heads, head_dim // spec.value_group_channels)
+    key_mn = _from_bytes(sections.key_minima, scale_dtype, key_params)
+    key_scale = _from_bytes(sections.key_scales, scale_dtype, key_params)
+    value_mn = _from_bytes(sections.value_minima, scale_dtype, value_params)
+    value_scale = _from_bytes(sections.value_scales, scale_dtype, value_params)
+    return (dequantize_key(key_codes, key_mn, key_scale, spec),
+            dequantize_value(value_codes, value_mn, value_scale, spec))
 
 
 def _quantize(quantize: Callable, x: torch.Tensor, sinks: int, spec: CodecSpec, name: str) -> Quantized | None:

@@ -79,13 +79,13 @@ def upgrade_in_pool(
     have arrived (``encoded`` holds at least two). The slots end up
     bit-identical to ``decode_into_pool(encoded, ...)`` with all streams.
 
-    Exactness is why this recomputes each value as ``min + scale * q`` from
-    the anchor codes merged with the residual codes instead of adding a
-    residual delta to what the slots hold: the anchor-only values were
-    already rounded to the pool dtype (e.g. bf16), and ``round(a) + delta``
-    does not round like ``round(a + delta)``. So the slots' previous contents
-    are never read, and the anchor stream (minima, scales, stage-0 codes) is
-    needed again.
+    Exactness is why this recomputes each value as ``min + scale * level``
+    from the codes of every stage instead of adding a residual delta to what
+    the slots hold: the anchor-only values were already rounded to the pool
+    dtype (e.g. bf16), and ``round(a) + delta`` does not round like
+    ``round(a + delta)``. So the slots' previous contents are never read, and
+    the anchor stream (sink tokens, minima, scales, stage-0 codes) is needed
+    again.
 
     Args:
         encoded: at least two streams (anchor plus residual).
