@@ -11,8 +11,11 @@ codec's encode and decode throughput (GB/s of the KV as stored, the unit of
     B_raw  = L * T * 2 * H * D * b                 KV as stored, bytes
     B_s    = L * stream_bytes_s(T)                 stream s of the mode's wire format, bytes
                                                    (from CodecSpec; ~ L * T * bytes_per_token_s)
-    B_crit = bf16: B_raw   int8: B_0 (one 8-bit stream, decode waits for all of it)
-             int4: B_0 (anchor only)   lynx: B_0 (anchor; the residual follows off the critical path)
+    B_crit, the bytes decoding waits for:
+        bf16  B_0 = B_raw, the KV as stored (one stream, no codec)
+        int8  B_0, its one stream (the int8 preset's stages joined): all of it
+        int4  B_0, the 4-bit anchor (lossy; there is no residual)
+        lynx  B_0, the anchor; the residual streams follow off the critical path
     t_p = T / P        t_e = B_raw / E        t_x = 8 * B_crit / (R * 1e9)        t_d = B_raw / Dq
                        (t_e = t_d = 0 in bf16 mode: no codec)
 
@@ -173,6 +176,8 @@ def mode_streams(
         per_token = (float(2 * geometry.kv_heads * geometry.head_dim * geometry.dtype_bytes),)
     else:
         per_token = wire.spec.bytes_per_token(geometry.kv_heads, geometry.head_dim, geometry.torch_dtype)
+        if wire.num_streams == 1:  # stages joined into one stream (int8 mode)
+            per_token = (sum(per_token),)
     layers = geometry.num_layers
     return tuple(layers * b for b in per_layer), tuple(layers * b for b in per_token)
 
