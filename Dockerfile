@@ -76,8 +76,10 @@ FROM deps AS cpu
 RUN useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin lynx
 COPY --from=model /opt/lynx/cache /opt/lynx/cache
 COPY --chmod=755 deploy/docker/healthcheck.py /usr/local/bin/lynx-healthcheck
-RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-deps --no-index /wheels/lynx_kv-*-py3-none-any.whl
+# The wheel is copied (not bind-mounted) so that a new wheel invalidates the
+# install below in every builder's layer cache.
+COPY --from=wheel /wheels/ /opt/lynx/wheels/
+RUN pip install --no-cache-dir --no-deps --no-index /opt/lynx/wheels/lynx_kv-*-py3-none-any.whl
 ENV LYNX_CACHE_DIR=/opt/lynx/cache \
     LYNX_MODEL=/opt/lynx/cache/models/SmolLM2-135M-Instruct \
     HF_HUB_OFFLINE=1 \
@@ -96,10 +98,11 @@ CMD ["python", "-m", "sglang.launch_server", "--help"]
 # gpu: SGLang's official CUDA image of the same release, plus Lynx (without
 # touching SGLang's own dependencies).
 FROM ${SGLANG_IMAGE} AS gpu
-RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
-    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --no-deps /wheels/lynx_kv-*-py3-none-any.whl \
-    && useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin lynx
+RUN useradd --uid 10001 --user-group --create-home --shell /usr/sbin/nologin lynx
 COPY --chmod=755 deploy/docker/healthcheck.py /usr/local/bin/lynx-healthcheck
+COPY --from=wheel /wheels/ /opt/lynx/wheels/
+RUN PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --no-deps --no-index \
+        /opt/lynx/wheels/lynx_kv-*-py3-none-any.whl
 USER 10001:10001
 WORKDIR /home/lynx
 EXPOSE 30000

@@ -161,6 +161,20 @@ build_s=$(($(date +%s) - build_start))
 image_bytes=$(podman_ image inspect --format '{{.Size}}' "$IMAGE")
 say "built $IMAGE in ${build_s}s; image size $(awk -v b="$image_bytes" 'BEGIN { printf "%.2f GB", b / 1e9 }')"
 
+# The image must hold this checkout's Lynx (a stale layer cache would not).
+source_digest() {  # one digest of the .py files of Lynx's packages under the given roots
+    local root pkg
+    for root in "$@"; do
+        (cd "$root" && for pkg in lynx lynx_testing lynx_patches lynx_kernels; do
+            if [[ -d $pkg ]]; then find "$pkg" -name '*.py' -print0; fi
+        done | xargs -0 -r sha256sum)
+    done | sort -k2 | sha256sum | cut -c1-16
+}
+here=$(source_digest python . kernels)
+inside=$(podman_ run --rm --network none --no-healthcheck --entrypoint bash "$IMAGE" -c \
+    "$(declare -f source_digest); source_digest \$(python -c 'import sysconfig; print(sysconfig.get_path(\"purelib\"))')")
+[[ $here == "$inside" ]] || die "the image's Lynx ($inside) is not this checkout's ($here)"
+
 # --- serve ------------------------------------------------------------------------------------
 
 port_in_use() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
