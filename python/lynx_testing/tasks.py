@@ -143,7 +143,7 @@ def needle_item(
     else:
         needle = f"The pass key is {value}. Remember it. {value} is the pass key."
         intro = "A pass key is hidden in the text below. Memorize it."
-        question = "What is the pass key mentioned in the text above?"
+        question = "What is the pass key?"
         prefix = "The pass key is"
     task = "needle" if style == "magic-number" else "passkey"
     return _build(tokenizer, task, target_tokens, seed, rng, intro, question, prefix, [(depth, needle)], (value,))
