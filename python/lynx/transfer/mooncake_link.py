@@ -37,6 +37,7 @@ from lynx.transfer.mooncake_control import (
     decode,
     encode,
 )
+from lynx.transfer.keys import CurveKeys
 from lynx.transfer.mooncake_engine import MooncakeEngine, WriteStatus
 from lynx.transfer.transport import TransportError
 
@@ -47,11 +48,12 @@ POLL_MIN_S, POLL_MAX_S = 50e-6, 800e-6
 
 @dataclass(frozen=True)
 class LinkConfig:
-    """What every link of a transport shares: the secret, the deadline, and the queue bound."""
+    """What every link of a transport shares: the secret (and its CurveZMQ keys), the deadline, the queue bound."""
 
     key: bytes
     timeout_s: float
     max_queued: int
+    curve: CurveKeys | None = None
 
 
 class LinkState(enum.Enum):
@@ -212,6 +214,10 @@ class Link:
         for option, value in ((zmq.LINGER, 0), (zmq.IMMEDIATE, 1), (zmq.SNDHWM, 1024), (zmq.RCVHWM, 1024),
                               (zmq.SNDTIMEO, max(1, round(self.timeout_s * 1000))), (zmq.MAXMSGSIZE, 1 << 16)):
             socket.setsockopt(option, value)
+        if self._config.curve is not None:
+            curve = self._config.curve
+            socket.curve_serverkey, socket.curve_publickey = curve.server_public, curve.client_public
+            socket.curve_secretkey = curve.client_secret
         poller = zmq.Poller()
         poller.register(socket, zmq.POLLIN)
         poller.register(self._wake_read, zmq.POLLIN)
@@ -247,7 +253,8 @@ class Link:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise _LinkFailure(f"no answer from the listener within {self.timeout_s:g} s: dead or unreachable")
+                raise _LinkFailure(f"no answer from the listener within {self.timeout_s:g} s: dead, unreachable, "
+                                   "or it does not accept our shared secret")
             if self._closing():
                 raise _LinkFailure("closed")
             if socket in dict(poller.poll(max(1, round(remaining * 1000)))):
@@ -366,7 +373,8 @@ class Link:
         try:
             socket.send_multipart(encode(message))
         except zmq.Again as exc:
-            raise _LinkFailure(f"the listener's control socket took nothing for {self.timeout_s:g} s") from exc
+            raise _LinkFailure(f"the listener's control socket took nothing for {self.timeout_s:g} s: dead, "
+                               "unreachable, not reading, or it does not accept our shared secret") from exc
 
     def _receive(self, socket: zmq.Socket):
         try:

@@ -7,11 +7,15 @@ granted again only after ``recv`` is done with it.
 
 What is authenticated (the threat model):
 
-* Control plane: a sender proves it holds the shared secret by answering a
-  fresh challenge (and the listener proves it back); every grant and
-  notification then carries a MAC bound to the session and its sequence
-  number. A peer without the secret can neither make ``recv`` return bytes
-  from the arena nor hold slots: its messages are dropped and counted.
+* Control plane: with a non-empty secret the control socket is CurveZMQ with
+  a ZAP check, keyed like the ZeroMQ data path (``keys.curve_keys``): a peer
+  without the secret cannot complete the handshake, so ZeroMQ buffers none
+  of its bytes (it would otherwise buffer a multipart message of any number
+  of parts whole), and every control byte is encrypted. Inside, a sender
+  answers a fresh challenge (and the listener proves the secret back); every
+  grant and notification carries a MAC bound to the session and its
+  sequence number. So no peer without the secret can make ``recv`` return
+  bytes from the arena, or hold slots.
 * Data plane: Mooncake itself authenticates nothing. Anyone who can reach
   the engine's ports (open on every interface) can read or overwrite the
   registered arena, though never memory outside it. Frames therefore keep
@@ -23,6 +27,7 @@ What is authenticated (the threat model):
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import threading
@@ -50,14 +55,24 @@ from lynx.transfer.mooncake_control import (
     encode,
     is_inline,
 )
+from lynx.transfer.keys import curve_keys
 from lynx.transfer.mooncake_engine import MooncakeEngine
 from lynx.transfer.transport import Listener, TransportError
+from lynx.transfer.zmq_transport import _ZapHandler
 
 logger = logging.getLogger(__name__)
 
 MAX_PENDING_HANDSHAKES = 64
 MAX_CONTROL_PART = 1 << 16
 PROBE_INTERVAL_S = 1.0
+
+
+class PeerState(enum.Enum):
+    """An authenticated sender's standing: ACTIVE -> GONE | BANNED; both end ``quarantine_s`` later."""
+
+    ACTIVE = "active"  # connected: gets grants, may notify
+    GONE = "gone"  # its connection closed: notifications it sent before still count
+    BANNED = "banned"  # broke the protocol: nothing it sends counts
 
 
 @dataclass
@@ -68,6 +83,8 @@ class _Peer:
     granted: set[int] = field(default_factory=set)
     next_notify: int = 0
     next_grant: int = 0
+    state: PeerState = PeerState.ACTIVE
+    ends_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -76,7 +93,8 @@ class ListenerStats:
 
     Attributes:
         sessions: authenticated senders connected now.
-        free_slots: slots neither granted, held by the caller, nor quarantined.
+        free_slots: slots neither granted (to a sender, or to one that ended
+            less than ``quarantine_s`` ago) nor held by the caller.
         messages: messages returned by ``recv``.
         rejected: control messages dropped (malformed, unauthenticated, out of order).
     """
@@ -91,7 +109,8 @@ class MooncakeListener(Listener):
     """Receives messages written by ``MooncakeTransport`` senders into this listener's arena.
 
     Args:
-        key: shared secret for the control plane's MACs (``b""``: unkeyed, no authentication).
+        key: shared secret of the control plane: CurveZMQ keys and MACs
+            (``b""``: plaintext and unkeyed, no authentication).
         host: address the control socket binds and the engine advertises.
         port: control port (0: any free port).
         protocol, device: the engine's transport (``tcp``; ``rdma`` on clusters).
@@ -107,12 +126,12 @@ class MooncakeListener(Listener):
             those bytes while the caller holds them, so verify-then-use is
             only sound on a trusted fabric.
         max_peers: authenticated senders at most; more are refused.
-        quarantine_s: slots granted to a sender that vanished rest this long
-            before being granted again (a late write of the dead sender may
-            still land in them). A sender has vanished when its control
-            connection closed (probed every ``PROBE_INTERVAL_S`` during
-            ``recv``; ZeroMQ heartbeats close a silent one within about 5 s)
-            or it broke the protocol.
+        quarantine_s: a sender that is gone (its control connection closed:
+            probed every ``PROBE_INTERVAL_S`` during ``recv``, and ZeroMQ
+            heartbeats close a silent one within about 5 s) or broke the
+            protocol keeps the slots granted to it this long (a late write of
+            it may still land in them); notifications a gone sender sent
+            before it left are still delivered.
 
     ``recv`` does the listener's work (handshakes, credits): call it
     continuously from one thread.
@@ -148,11 +167,15 @@ class MooncakeListener(Listener):
         self._slot_bytes = slot_bytes
         self._engine = MooncakeEngine(host, protocol, device)
         self._context = zmq.Context()
+        curve = curve_keys(self._key) if self._key else None
+        self._zap = _ZapHandler(self._context, curve.client_public) if curve is not None else None
         try:
             self._arena = np.zeros(slots * slot_bytes, dtype=np.uint8)
             arena_address = self._engine.register(self._arena)
-            self._socket = self._control_socket(host, port)
+            self._socket = self._control_socket(host, port, curve)
         except BaseException:
+            if self._zap is not None:
+                self._zap.close()
             self._context.term()
             self._engine.close()
             raise
@@ -165,7 +188,6 @@ class MooncakeListener(Listener):
         self._peers: dict[bytes, _Peer] = {}
         self._handshakes: OrderedDict[bytes, tuple[bytes, bytes]] = OrderedDict()
         self._free: deque[int] = deque(range(slots))
-        self._quarantine: deque[tuple[float, int]] = deque()
         self._held: int | None = None
         self._messages = self._rejected = 0
         self._next_probe = time.monotonic() + PROBE_INTERVAL_S
@@ -179,7 +201,8 @@ class MooncakeListener(Listener):
 
     def stats(self) -> ListenerStats:
         with self._lock:
-            return ListenerStats(len(self._peers), len(self._free), self._messages, self._rejected)
+            active = sum(peer.state is PeerState.ACTIVE for peer in self._peers.values())
+            return ListenerStats(active, len(self._free), self._messages, self._rejected)
 
     def recv(self, timeout_s: float) -> list[bytes | memoryview] | None:
         """The next message's parts (see ``copy`` for who owns them), or None after ``timeout_s`` seconds."""
@@ -192,14 +215,13 @@ class MooncakeListener(Listener):
             deadline = time.monotonic() + max(0.0, timeout_s)
             while True:
                 now = time.monotonic()
-                self._thaw(now)
+                self._expire(now)
                 if now >= self._next_probe:
                     self._next_probe = now + PROBE_INTERVAL_S
-                    for peer_id in list(self._peers):
+                    for peer_id in self._active():
                         self._send(peer_id, Ping())
-                wait = min(deadline, self._next_probe) - now
-                if self._quarantine:
-                    wait = min(wait, self._quarantine[0][0] - now)
+                ends = [peer.ends_at for peer in self._peers.values() if peer.state is not PeerState.ACTIVE]
+                wait = min(deadline, self._next_probe, *ends) - now
                 if self._poller.poll(max(0, round(wait * 1000))):
                     parts = self._handle(self._socket.recv_multipart(zmq.NOBLOCK))
                     if parts is not None:
@@ -215,16 +237,21 @@ class MooncakeListener(Listener):
                 return
             self._closed = True
             self._socket.close(linger=0)
+            if self._zap is not None:
+                self._zap.close()
             self._context.term()
             self._engine.close()
 
-    def _control_socket(self, host: str, port: int) -> zmq.Socket:
+    def _control_socket(self, host: str, port: int, curve) -> zmq.Socket:
         socket = self._context.socket(zmq.ROUTER)
         try:
             for option, value in ((zmq.LINGER, 0), (zmq.ROUTER_MANDATORY, 1), (zmq.MAXMSGSIZE, MAX_CONTROL_PART),
                                   (zmq.RCVHWM, 256), (zmq.SNDHWM, 1024), (zmq.HEARTBEAT_IVL, 1000),
                                   (zmq.HEARTBEAT_TIMEOUT, 5000)):
                 socket.setsockopt(option, value)
+            if curve is not None:
+                socket.curve_server = True
+                socket.curve_publickey, socket.curve_secretkey = curve.server_public, curve.server_secret
             socket.bind(f"tcp://{host}:{port or '*'}")
         except zmq.ZMQError as exc:
             socket.close(linger=0)
@@ -245,7 +272,7 @@ class MooncakeListener(Listener):
         if isinstance(message, Notify):
             return self._notify(peer_id, message)
         if isinstance(message, Reset):
-            self._drop(peer_id, None)
+            self._end(peer_id, PeerState.GONE)
             return None
         return self._reject(peer_id, f"a sender may not send {type(message).__name__}")
 
@@ -278,7 +305,7 @@ class MooncakeListener(Listener):
 
     def _notify(self, peer_id: bytes, notify: Notify) -> list | None:
         peer = self._peers.get(peer_id)
-        if peer is None:
+        if peer is None or peer.state is PeerState.BANNED:
             self._reject(peer_id, "notification outside a session")
             self._send(peer_id, Reset("no session: handshake first"))
             return None
@@ -308,32 +335,35 @@ class MooncakeListener(Listener):
         return parts
 
     def _reject(self, peer_id: bytes, reason: str) -> None:
-        """Count and drop a bad control message; a session that sent one ends."""
+        """Count and drop a bad control message; a session that sent one is banned."""
         self._rejected += 1
         logger.debug("Mooncake listener dropped a control message: %s", reason)
-        if peer_id in self._peers:
+        self._handshakes.pop(peer_id, None)
+        peer = self._peers.get(peer_id)
+        if peer is not None and peer.state is not PeerState.BANNED:
             logger.warning("Mooncake listener ends a sender's session: %s", reason)
-            self._drop(peer_id, reason)
+            self._end(peer_id, PeerState.BANNED)
+            self._send(peer_id, Reset(reason))
         return None
 
-    def _drop(self, peer_id: bytes, reason: str | None) -> None:
-        """Forget a sender; its granted slots rest in quarantine. ``reason`` None: it left."""
-        self._handshakes.pop(peer_id, None)
-        peer = self._peers.pop(peer_id, None)
-        if peer is None:
-            return
-        release_at = time.monotonic() + self.quarantine_s
-        self._quarantine.extend((release_at, slot) for slot in sorted(peer.granted))
-        if reason is not None:
-            self._send(peer_id, Reset(reason))
+    def _end(self, peer_id: bytes, state: PeerState) -> None:
+        """Stop granting to a sender; it and its slots are forgotten ``quarantine_s`` later (``_expire``)."""
+        peer = self._peers.get(peer_id)
+        if peer is not None and (peer.state is PeerState.ACTIVE or state is PeerState.BANNED):
+            if peer.state is PeerState.ACTIVE:
+                peer.ends_at = time.monotonic() + self.quarantine_s
+            peer.state = state
 
-    def _thaw(self, now: float) -> None:
-        thawed = False
-        while self._quarantine and self._quarantine[0][0] <= now:
-            self._free.append(self._quarantine.popleft()[1])
-            thawed = True
-        if thawed:
+    def _expire(self, now: float) -> None:
+        ended = [peer_id for peer_id, peer in self._peers.items()
+                 if peer.state is not PeerState.ACTIVE and peer.ends_at <= now]
+        for peer_id in ended:
+            self._free.extend(sorted(self._peers.pop(peer_id).granted))
+        if ended:
             self._distribute()
+
+    def _active(self) -> list[bytes]:
+        return [peer_id for peer_id, peer in self._peers.items() if peer.state is PeerState.ACTIVE]
 
     def _free_slot(self, slot: int) -> None:
         self._free.append(slot)
@@ -342,7 +372,8 @@ class MooncakeListener(Listener):
     def _distribute(self) -> None:
         """Grant free slots round-robin to senders below ``slots_per_peer``, fewest held first."""
         grants: dict[bytes, list[int]] = {}
-        hungry = sorted((p for p in self._peers.items() if len(p[1].granted) < self.slots_per_peer),
+        hungry = sorted(((peer_id, self._peers[peer_id]) for peer_id in self._active()
+                         if len(self._peers[peer_id].granted) < self.slots_per_peer),
                         key=lambda item: len(item[1].granted))
         while self._free and hungry:
             for peer_id, peer in list(hungry):
@@ -360,10 +391,11 @@ class MooncakeListener(Listener):
             self._send(peer_id, grant)
 
     def _send(self, peer_id: bytes, message) -> None:
-        """Send without blocking; a sender that cannot take it (gone, not reading) is dropped."""
+        """Send without blocking; a sender that cannot take it (gone, not reading) is ended as GONE."""
         try:
             self._socket.send_multipart([peer_id, *encode(message)], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
-            if peer_id in self._peers:
-                logger.info("Mooncake listener drops a sender it cannot reach (gone or not reading): %s", exc)
-                self._drop(peer_id, None)
+            peer = self._peers.get(peer_id)
+            if peer is not None and peer.state is PeerState.ACTIVE:
+                logger.info("Mooncake listener: a sender is gone or not reading (%s)", exc)
+                self._end(peer_id, PeerState.GONE)

@@ -18,6 +18,7 @@ import time
 import zmq
 
 from lynx.transfer.buffers import byte_view
+from lynx.transfer.keys import curve_keys
 from lynx.transfer.mooncake_control import MAX_PARTS, MooncakeEndpoint, is_inline
 from lynx.transfer.mooncake_engine import MooncakeEngine
 from lynx.transfer.mooncake_link import Job, Link, LinkConfig, LinkState, Staging
@@ -33,11 +34,12 @@ class MooncakeTransport(Transport):
     """Sends to ``MooncakeListener`` endpoints (``mooncake://...``) with Mooncake's TransferEngine.
 
     Args:
-        key: shared secret of the control plane (the listener's ``key``).
+        key: shared secret of the control plane (the listener's ``key``): CurveZMQ
+            keys and MACs; ``b""`` for plaintext without authentication.
         send_timeout_s: how long a handshake, a credit, a write or room in the
             queue may take before the endpoint's link fails; ``send`` then
-            raises TransportError (at the latest one ``send_timeout_s`` after
-            the peer stopped taking messages) and the next send reconnects.
+            raises TransportError (about one ``send_timeout_s`` after the peer
+            stopped taking messages, two at most) and the next send reconnects.
         host, protocol, device: this side's engine (``host`` is what it advertises).
         staging_slots, staging_slot_bytes: registered send buffers (shared by
             all endpoints); a message's large parts are copied into one, so
@@ -70,7 +72,8 @@ class MooncakeTransport(Transport):
         if not isinstance(key, (bytes, bytearray)):
             raise ValueError(f"key must be bytes, got {type(key).__name__}")
         self.send_timeout_s, self.protocol = float(send_timeout_s), protocol
-        self._config = LinkConfig(bytes(key), self.send_timeout_s, max_queued_messages)
+        self._config = LinkConfig(bytes(key), self.send_timeout_s, max_queued_messages,
+                                  curve_keys(bytes(key)) if key else None)
         self.engine = MooncakeEngine(host, protocol, device)
         try:
             self.staging = Staging(self.engine, staging_slots, staging_slot_bytes)
@@ -85,7 +88,9 @@ class MooncakeTransport(Transport):
 
     def send(self, endpoint: str, parts: list) -> None:
         """Stage ``parts`` and queue them for ``endpoint``; raise TransportError if its link failed or stalled."""
-        deadline = time.monotonic() + self.send_timeout_s
+        # The link fails within send_timeout_s of its peer stalling and frees what it held; this
+        # backstop only bounds the wait for room held by links of other endpoints.
+        deadline = time.monotonic() + 2 * self.send_timeout_s
         link = self._link(endpoint)
         views = [byte_view(part) for part in parts]
         lengths = tuple(len(view) for view in views)

@@ -17,6 +17,7 @@ import zmq
 pytest.importorskip("mooncake.engine", reason="the mooncake extra (mooncake-transfer-engine-non-cuda) is not installed")
 
 from lynx.transfer.frames import AUX_STREAM, FrameAuthError, FrameHeader, decode_frame, encode_frame  # noqa: E402
+from lynx.transfer.keys import curve_keys  # noqa: E402
 from lynx.transfer.mooncake_control import (  # noqa: E402
     NONCE_BYTES,
     Auth,
@@ -134,7 +135,7 @@ def test_frames_signed_with_another_frame_key_fail_authentication_at_the_receive
 
 
 def test_credits_bound_the_arena_and_an_unread_slot_is_never_overwritten():
-    listener = MooncakeListener(KEY, slots=2, slot_bytes=1 << 16, quarantine_s=0)
+    listener = MooncakeListener(KEY, slots=2, slot_bytes=1 << 16)
     transport = MooncakeTransport(KEY, send_timeout_s=2.0, staging_slots=3, staging_slot_bytes=1 << 16)
     try:
         transport.send(listener.endpoint, [b"probe"])
@@ -166,8 +167,37 @@ def test_dead_receiver_makes_send_raise_within_the_timeout(receiver):
                 transport.send(endpoint, [os.urandom(50_000)])
 
 
-def test_a_peer_without_the_secret_gets_no_session_and_no_bytes_out_of_the_arena():
+@pytest.mark.parametrize("curve_secret", [None, b"a-guessed-secret-of-16+ bytes"])
+def test_a_peer_without_the_secret_gets_no_byte_to_the_listener(curve_secret):
     listener = MooncakeListener(KEY, slots=2, slot_bytes=1 << 16)
+    context = zmq.Context()
+    socket = context.socket(zmq.DEALER)
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.setsockopt(zmq.SNDTIMEO, 0)
+    if curve_secret is not None:
+        guessed = curve_keys(curve_secret)
+        socket.curve_serverkey, socket.curve_publickey = guessed.server_public, guessed.client_public
+        socket.curve_secretkey = guessed.client_secret
+    try:
+        socket.connect(MooncakeEndpoint.parse(listener.endpoint).control)
+        guessed_session = Session(curve_secret or b"", b"s" * NONCE_BYTES, b"l" * NONCE_BYTES)
+        for message in (Hello(b"s" * NONCE_BYTES), guessed_session.sign(Notify(0, 0, (50_000,), ()))):
+            try:
+                socket.send_multipart(encode(message))
+            except zmq.Again:
+                pass
+        assert listener.recv(1.0) is None
+        assert socket.poll(500) == 0, "the listener answered a peer without the secret"
+        stats = listener.stats()
+        assert (stats.sessions, stats.messages, stats.rejected) == (0, 0, 0), "a byte got through"
+    finally:
+        socket.close()
+        context.term()
+        listener.close()
+
+
+def test_without_curve_the_session_macs_alone_drop_unsigned_control_messages_and_read_no_arena_bytes():
+    listener = MooncakeListener(b"", slots=2, slot_bytes=1 << 16)
     context = zmq.Context()
     socket = context.socket(zmq.DEALER)
     socket.setsockopt(zmq.LINGER, 0)
