@@ -12,19 +12,15 @@ from __future__ import annotations
 import torch
 
 from lynx_patches import targets
-from lynx_patches.pd.pool import layer_buffers
+from lynx_patches.pd.pool import PoolView
 from lynx_patches.selfcheck import Hook
 from lynx_patches.startup import current_config
 
 
-def roundtrip(wire, pool, slots: torch.Tensor) -> None:
+def roundtrip(wire, pool: PoolView, slots: torch.Tensor) -> None:
     """Replace the KV at `slots` (int64 ``[tokens]``) by its wire-format round trip."""
-    from lynx.kvwire import KVShape
-
-    k_buffers, v_buffers = layer_buffers(pool)
-    shape = KVShape(len(k_buffers), len(slots), k_buffers[0].shape[1], k_buffers[0].shape[2], k_buffers[0].dtype)
-    streams = wire.encode(k_buffers, v_buffers, slots)
-    wire.write(streams, shape, k_buffers, v_buffers, slots)
+    streams = wire.encode(pool.k_buffers, pool.v_buffers, slots)
+    wire.write(streams, pool.shape(len(slots)), pool.k_buffers, pool.v_buffers, slots)
 
 
 def prefill_result(result, processor, batch, *args, **kwargs):
@@ -32,7 +28,7 @@ def prefill_result(result, processor, batch, *args, **kwargs):
     config = current_config()
     if config is None or not config.loopback:
         return None
-    pool = processor.token_to_kv_pool_allocator.get_kvcache()
+    pool = PoolView.of(processor.token_to_kv_pool_allocator.get_kvcache())
     for req in batch.reqs:
         done = req.finished() or req.inflight_middle_chunks > 0
         if done or getattr(req, "_lynx_roundtripped", False):

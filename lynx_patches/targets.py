@@ -14,6 +14,7 @@ PREFILL_RESULT = (
     "sglang.srt.managers.scheduler_components.batch_result_processor."
     "SchedulerBatchResultProcessor.process_batch_result_prefill"
 )
+DECODE_SEND_KV_METADATA = "sglang.srt.disaggregation.decode.DecodePreallocQueue._send_kv_metadata"
 DECODE_COMMIT_TRANSFER = "sglang.srt.disaggregation.decode.DecodeTransferQueue._commit_transfer_to_req"
 TOKENIZER_META_INFO = "sglang.srt.managers.tokenizer_manager.TokenizerManager.update_request_meta_info"
 DECODE_NEXT_BATCH = (
@@ -22,6 +23,7 @@ DECODE_NEXT_BATCH = (
 PREFILL_NEXT_BATCH = (
     "sglang.srt.disaggregation.prefill.SchedulerDisaggregationPrefillMixin.get_next_disagg_prefill_batch_to_run"
 )
+SCHEDULER_HANDLE_GENERATE = "sglang.srt.managers.scheduler.Scheduler.handle_generate_request"
 SCHEDULER_IS_FULLY_IDLE = "sglang.srt.managers.scheduler.Scheduler.is_fully_idle"
 STREAM_ACCEPT = "sglang.srt.managers.scheduler_components.output_streamer._GenerationStreamAccumulator.accept"
 REQ_UPDATE_FINISH_STATE = "sglang.srt.managers.schedule_batch.Req.update_finish_state"

@@ -1,4 +1,10 @@
-"""SGLang's sender/receiver/bootstrap classes for the lynx backend (thin over `common`)."""
+"""SGLang's sender/receiver/bootstrap classes for the lynx backend (thin over `common`).
+
+Both refuse a second live request with the same bootstrap room without
+touching the first one's state (SGLang keys its room tables by that id), and
+both hold back a failure until no Lynx thread uses the request's KV pages, so
+SGLang frees them only when nothing writes or reads them any more.
+"""
 
 from __future__ import annotations
 
@@ -9,65 +15,116 @@ from sglang.srt.disaggregation.common.conn import (
     CommonKVBootstrapServer,
     CommonKVReceiver,
     CommonKVSender,
+    KVTransferError,
+)
+
+from lynx.transfer.rooms import DuplicateRoom
+from lynx_patches.pd.pool import page_slots
+
+DUPLICATE = (
+    "bootstrap_room {room} is already used by a live request on this server; "
+    "every request needs its own bootstrap_room"
 )
 
 
 class LynxKVSender(CommonKVSender):
     """Prefill side per request; the manager's `PrefillSide` does the sending."""
 
+    def __init__(self, mgr, bootstrap_addr, bootstrap_room, *args, **kwargs):
+        self._lynx_owner = mgr.side.claim(bootstrap_room)
+        super().__init__(mgr, bootstrap_addr, bootstrap_room, *args, **kwargs)
+        if not self._lynx_owner:
+            self.conclude_state = KVPoll.Failed
+        elif mgr.broken is not None:
+            mgr.record_failure(bootstrap_room, f"this prefill server cannot send KV: {mgr.broken}")
+            mgr.update_status(bootstrap_room, KVPoll.Failed)
+
+    def poll(self) -> KVPoll:
+        status = super().poll()
+        if status == KVPoll.Failed and self._lynx_owner and self.kv_mgr.side.busy(self.bootstrap_room):
+            return KVPoll.Transferring  # the encoder still reads the request's pages
+        return status
+
+    def abort(self) -> None:
+        if self._lynx_owner:
+            self.kv_mgr.side.abort(self.bootstrap_room)
+            super().abort()
+
     def clear(self) -> None:
-        self.kv_mgr.side.forget(self.bootstrap_room)
-        super().clear()
+        if self._lynx_owner:
+            self.kv_mgr.side.release(self.bootstrap_room)
+            super().clear()
+
+    def failure_exception(self):
+        if self._lynx_owner:
+            return super().failure_exception()
+        raise KVTransferError(self.bootstrap_room, DUPLICATE.format(room=self.bootstrap_room))
 
 
 class LynxKVReceiver(CommonKVReceiver):
-    """Decode side per request: registers the reservation and enforces the transfer timeout."""
+    """Decode side per request: reserves the room's slots, fences failures, enforces the timeout."""
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
         self.created_at = time.monotonic()
+        self.lynx_tokens: int | None = None  # set by `lynx_patches.pd.registry.send_kv_metadata`
+        self._lynx_owner = mgr.side.claim(bootstrap_room)
         super().__init__(mgr, bootstrap_addr, bootstrap_room)
+        if not self._lynx_owner:
+            self._owns_bootstrap_room = False  # SGLang's clear/abort then leave the room's state alone
+            self.conclude_state = KVPoll.Failed
+        elif mgr.broken is not None:
+            self._fail(f"this decode server cannot receive KV: {mgr.broken}")
 
     def send_metadata(self, kv_indices, aux_index=None, state_indices=None, decode_prefix_len=None, **kwargs):
+        if not self._lynx_owner or self.conclude_state == KVPoll.Failed:
+            return
         from sglang.srt.utils.network import NetworkAddress
 
+        mgr = self.kv_mgr
+        page_size = mgr.kv_args.page_size
+        tokens = self.lynx_tokens if self.lynx_tokens is not None else len(kv_indices) * page_size
         endpoints = [
             NetworkAddress(info["rank_ip"], int(info["rank_port"])).to_tcp()
             for info in (getattr(self, "bootstrap_infos", None) or [])
             if not info.get("is_dummy")
         ]
-        self.kv_mgr.side.expect(
-            self.bootstrap_room,
-            kv_indices,
-            aux_index,
-            since=self.created_at,
-            bootstrap_addr=self.bootstrap_addr,
-            prefill_endpoints=endpoints,
-        )
+        try:
+            slots = page_slots(kv_indices, page_size, tokens)
+            mgr.side.reserve(self.bootstrap_room, slots, aux_index, self.created_at, self.bootstrap_addr, endpoints)
+        except (DuplicateRoom, ValueError) as exc:
+            self._fail(str(exc))
+            return
         super().send_metadata(kv_indices, aux_index, state_indices, decode_prefix_len, **kwargs)
 
     def poll(self) -> KVPoll:
         status = super().poll()
-        if status == KVPoll.Failed:
-            # Whoever failed the room (a bad frame, a lost peer), the prefill
-            # server must stop sending its bytes: they would hold up the link.
-            self.ensure_abort_notified()
-        if status in (KVPoll.Success, KVPoll.Failed):
+        if not self._lynx_owner:
             return status
-        waited = self.kv_mgr.side.waited(self.bootstrap_room)
-        timeout = self.kv_mgr.config.transfer_timeout
-        if waited is not None and waited > timeout:
-            self.abort()  # marks the room Failed and tells the prefill server
-            self.kv_mgr.record_failure(
-                self.bootstrap_room,
-                f"KV of the request did not arrive within {timeout:g}s "
-                "(--lynx-transfer-timeout); is the prefill server alive?",
-            )
-            return KVPoll.Failed
+        if status not in (KVPoll.Success, KVPoll.Failed):
+            reason = self.kv_mgr.side.check(self.bootstrap_room)
+            if reason is not None:
+                self._fail(reason)
+                status = KVPoll.Failed
+        if status == KVPoll.Failed:
+            # Whoever failed the room, the prefill must stop sending its bytes, and
+            # SGLang frees its slots next: no Lynx thread may write them any more.
+            self.ensure_abort_notified()
+            self.kv_mgr.side.release(self.bootstrap_room)
         return status
 
+    def _fail(self, reason: str) -> None:
+        self.kv_mgr.record_failure(self.bootstrap_room, reason)
+        self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Failed)
+
     def clear(self) -> None:
-        self.kv_mgr.side.release(self.bootstrap_room)
+        if self._lynx_owner:
+            self.kv_mgr.side.release(self.bootstrap_room)
         super().clear()
+
+    def failure_exception(self):
+        if self._lynx_owner:
+            return super().failure_exception()
+        raise KVTransferError(self.bootstrap_room, DUPLICATE.format(room=self.bootstrap_room))
 
 
 class LynxKVBootstrapServer(CommonKVBootstrapServer):

@@ -2,24 +2,28 @@
 
 They ride SGLang's own control sockets (`CommonKVManager.server_socket`). Each
 message ends with a MAC over its other parts, keyed by the shared secret, so a
-peer without the secret can neither register a decode endpoint, nor claim a
-request's KV, nor fake a transfer status.
+peer without the secret can neither register a decode rank, nor claim a
+request's KV, nor fake a transfer status. A request's metadata carries a fresh
+transfer nonce (the key of its manifest and frame MACs) and the decode rank's
+data endpoint, so a message recorded earlier cannot steer a later transfer.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import dataclass
 
-import numpy as np
-
 from lynx.transfer.frames import sign, verify
+from lynx.transfer.keys import NONCE_BYTES
 
 REGISTER_TAG = b"None"  # SGLang's marker for a registration message
 STATUS_TAG = b"LYNX_STATUS"
+_ENDPOINT = re.compile(r"^tcp://(\[[0-9a-fA-F:.]+\]|[0-9.]+):(\d{1,5})$")
 
 
 class ControlError(ValueError):
-    """A control message that is malformed or not signed with the shared secret."""
+    """A control message that is malformed, unsigned, stale or not acceptable."""
 
 
 def seal(key: bytes, parts: list[bytes]) -> list[bytes]:
@@ -36,95 +40,112 @@ def open_sealed(key: bytes, msg: list[bytes], what: str) -> list[bytes]:
     return msg[:-1]
 
 
+def check_data_endpoint(endpoint: str, host: str) -> None:
+    """Raise ControlError unless `endpoint` is ``tcp://IP:PORT`` on `host` (the sender's own IP)."""
+    match = _ENDPOINT.match(endpoint)
+    if match is None:
+        raise ControlError(f"data endpoint {endpoint!r} is not tcp://IP:PORT")
+    address, port = match.group(1).strip("[]"), int(match.group(2))
+    try:
+        same = ipaddress.ip_address(address) == ipaddress.ip_address(host)
+    except ValueError:
+        raise ControlError(f"data endpoint {endpoint!r} does not name an IP address") from None
+    if not same or not 0 < port < 65536:
+        raise ControlError(f"data endpoint {endpoint!r} is not on the sending decode rank's address {host}")
+
+
 @dataclass(frozen=True)
 class DecodeRegistration:
-    """A decode rank introducing itself to a prefill rank."""
+    """A decode rank introducing itself to a prefill rank.
+
+    ``issued_ns`` orders registrations of one session: an older one (a replay)
+    never replaces a newer one.
+    """
 
     ip: str
     port: int
     session_id: str
-    data_endpoint: str
     tp_rank: int
     attn_tp_size: int
     aux_item_lens: tuple[int, ...]
+    wire_version: str
+    issued_ns: int
 
     def to_parts(self) -> list[bytes]:
+        fields = (self.ip, self.port, self.session_id, self.tp_rank, self.attn_tp_size)
         return [
             REGISTER_TAG,
-            self.ip.encode(),
-            str(self.port).encode(),
-            self.session_id.encode(),
-            self.data_endpoint.encode(),
-            str(self.tp_rank).encode(),
-            str(self.attn_tp_size).encode(),
-            np.asarray(self.aux_item_lens, dtype="<u8").tobytes(),
+            *(str(f).encode() for f in fields),
+            ",".join(str(n) for n in self.aux_item_lens).encode(),
+            self.wire_version.encode(),
+            str(self.issued_ns).encode(),
         ]
 
     @classmethod
     def from_parts(cls, parts: list[bytes]) -> DecodeRegistration:
         try:
+            if len(parts) != 9:
+                raise ValueError(f"{len(parts)} parts, expected 9")
+            lens = tuple(int(x) for x in parts[6].decode().split(",") if x)
             return cls(
-                parts[1].decode(),
-                int(parts[2]),
-                parts[3].decode(),
-                parts[4].decode(),
-                int(parts[5]),
-                int(parts[6]),
-                tuple(int(x) for x in np.frombuffer(parts[7], dtype="<u8")),
-            )
-        except (IndexError, ValueError, UnicodeDecodeError) as exc:
+                parts[1].decode(), int(parts[2]), parts[3].decode(), int(parts[4]), int(parts[5]),
+                lens, parts[7].decode(), int(parts[8]),
+            )  # fmt: skip
+        except (ValueError, UnicodeDecodeError) as exc:
             raise ControlError(f"malformed decode registration: {exc}") from None
 
 
 @dataclass(frozen=True)
 class RoomMetadata:
-    """Where one request's KV goes on a decode rank (SGLang's TransferInfo)."""
+    """What a decode rank expects of one request's transfer (SGLang's TransferInfo).
+
+    Attributes:
+        room: the request's bootstrap room.
+        endpoint, dst_port, session_id: the decode rank (its control address).
+        required_dst_info_num: decode ranks that take part (SGLang's count).
+        is_dummy: this rank receives nothing (SGLang's dummy rank).
+        decode_prefix_len: prompt tokens the decode rank already holds (its
+            radix cache); only the rest crosses the link.
+        num_tokens: exactly how many tokens' KV the prefill must send.
+        nonce: the transfer nonce (`lynx.transfer.keys`).
+        data_endpoint: where to send the streams (on ``endpoint``'s address).
+    """
 
     room: int
     endpoint: str
     dst_port: int
     session_id: str
-    dst_pages: np.ndarray
-    dst_aux_index: int
     required_dst_info_num: int
     is_dummy: bool
-    decode_prefix_len: int = 0  # prompt tokens the decode rank already holds (its radix cache)
+    decode_prefix_len: int
+    num_tokens: int
+    nonce: bytes
+    data_endpoint: str
 
     def to_parts(self) -> list[bytes]:
+        numbers = (self.room, self.dst_port, self.required_dst_info_num, self.decode_prefix_len, self.num_tokens)
         return [
-            str(self.room).encode(),
+            *(str(n).encode() for n in numbers),
             self.endpoint.encode(),
-            str(self.dst_port).encode(),
             self.session_id.encode(),
-            np.asarray(self.dst_pages, dtype="<i4").tobytes(),
-            str(self.dst_aux_index).encode(),
-            str(self.required_dst_info_num).encode(),
             b"1" if self.is_dummy else b"0",
-            str(self.decode_prefix_len).encode(),
+            bytes(self.nonce),
+            self.data_endpoint.encode(),
         ]
 
     @classmethod
     def from_parts(cls, parts: list[bytes]) -> RoomMetadata:
         try:
+            if len(parts) != 10:
+                raise ValueError(f"{len(parts)} parts, expected 10")
+            room, port, required, prefix, tokens = (int(p) for p in parts[:5])
+            if room < 0 or prefix < 0 or tokens < 0:
+                raise ValueError("negative room, prefix or token count")
+            if len(parts[8]) != NONCE_BYTES:
+                raise ValueError(f"nonce of {len(parts[8])} bytes")
             return cls(
-                int(parts[0]),
-                parts[1].decode(),
-                int(parts[2]),
-                parts[3].decode(),
-                np.frombuffer(parts[4], dtype="<i4").astype(np.int64),
-                int(parts[5]),
-                int(parts[6]),
-                parts[7] == b"1",
-                int(parts[8]),
-            )
-        except (IndexError, ValueError, UnicodeDecodeError) as exc:
+                room, parts[5].decode(), port, parts[6].decode(), required, parts[7] == b"1",
+                prefix, tokens, bytes(parts[8]), parts[9].decode(),
+            )  # fmt: skip
+        except (ValueError, UnicodeDecodeError) as exc:
             raise ControlError(f"malformed room metadata: {exc}") from None
-
-
-def page_slots(pages: np.ndarray, page_size: int, num_tokens: int) -> np.ndarray:
-    """Token slots of the first `num_tokens` tokens stored in `pages` (int64)."""
-    pages = np.asarray(pages, dtype=np.int64)
-    if num_tokens > len(pages) * page_size:
-        raise ValueError(f"{num_tokens} tokens do not fit in {len(pages)} pages of {page_size}")
-    slots = (pages[:, None] * page_size + np.arange(page_size)[None, :]).reshape(-1)
-    return slots[:num_tokens]

@@ -1,24 +1,29 @@
 """`LynxKVManager`: SGLang's common PD manager with Lynx's prioritized streams as data path.
 
 SGLang's `CommonKVManager` keeps doing bootstrap, room status, heartbeats and
-failure records. Lynx adds signed control messages (`control`), the prefill
-side (`prefill_side`: encode, prioritize, send) and the decode side
-(`decode_side`: reassemble, dequantize into the KV pool, report readiness).
+failure records. This class is the adapter between it and Lynx: it owns the
+control thread on SGLang's control socket (signed registrations, metadata,
+status and abort messages, `control`), and gives the side it builds
+(`PrefillSide` or `DecodeSide`) only the narrow host interface that side
+declares, never itself.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import time
 from typing import Optional
 
-import numpy as np
+import zmq
 from sglang.srt.disaggregation.base.conn import KVArgs, KVPoll
-from sglang.srt.disaggregation.common.conn import CommonKVManager
+from sglang.srt.disaggregation.common.conn import ABORT_TAG, AbortNotification, CommonKVManager
 from sglang.srt.disaggregation.utils import DisaggregationMode
 
 from lynx.config import LynxConfig
+from lynx.manifest import wire_version
+from lynx.transfer.supervise import Supervisor
 from lynx_patches.pd.control import (
+    REGISTER_TAG,
     STATUS_TAG,
     ControlError,
     DecodeRegistration,
@@ -26,8 +31,13 @@ from lynx_patches.pd.control import (
     open_sealed,
     seal,
 )
+from lynx_patches.pd.pool import PoolView
+from lynx_patches.startup import lynx_config_of
 
 logger = logging.getLogger(__name__)
+
+PURGE_EVERY_S = 30.0
+CONTROL_POLL_MS = 500
 
 
 class LynxKVManager(CommonKVManager):
@@ -37,7 +47,7 @@ class LynxKVManager(CommonKVManager):
     kv_status_msg_carries_reason = True
 
     def __init__(self, args: KVArgs, disaggregation_mode, server_args, is_mla_backend=False):
-        config: LynxConfig | None = getattr(server_args, "_lynx", None)
+        config: LynxConfig | None = lynx_config_of(server_args)
         if config is None:
             raise RuntimeError(
                 "the lynx transfer backend needs --lynx on both the prefill and the decode server"
@@ -46,33 +56,33 @@ class LynxKVManager(CommonKVManager):
             raise RuntimeError("the lynx transfer backend supports MHA KV caches only (not MLA)")
         self.config = config
         self.key = config.load_secret()
-        self.wire = config.wire
-        self._stopped = False
-        self.pool = None
-        self.pool_ready = threading.Event()
         super().__init__(args, disaggregation_mode, server_args, is_mla_backend)
-        if disaggregation_mode == DisaggregationMode.PREFILL:
-            from lynx_patches.pd.prefill_side import PrefillSide
-
-            self.side = PrefillSide(self)
-        else:
+        self.is_decode = disaggregation_mode == DisaggregationMode.DECODE
+        if self.is_decode:
             from lynx_patches.pd.decode_side import DecodeSide
 
-            self.side = DecodeSide(self)
+            self.side = DecodeSide(config, self.key, _DecodeHost(self), bind_host(server_args.host, self.local_ip))
             self._start_heartbeat_checker_thread()
+        else:
+            from lynx_patches.pd.prefill_side import PrefillSide
+
+            self.side = PrefillSide(config, self.key, _PrefillHost(self))
+        self.control = Supervisor(lambda name, error: None)
+        self.control.start("LynxControl", self._control_loop)
         self.side.start()
 
     @property
     def session_id(self) -> str:
         return f"{self.local_ip}:{self.rank_port}"
 
-    def attach_pool(self, pool) -> None:
-        """Give the manager the rank's KV pool (its per-layer K/V tensors)."""
-        from lynx_patches.pd.pool import check_pool
+    @property
+    def broken(self) -> str | None:
+        """Why this rank can no longer move KV (a Lynx thread keeps crashing), or None."""
+        return self.control.broken or self.side.supervisor.broken
 
-        check_pool(pool)
-        self.pool = pool
-        self.pool_ready.set()
+    def attach_pool(self, pool) -> None:
+        """Give the side the rank's KV pool (its per-layer K/V tensors) and metadata rows."""
+        self.side.attach(PoolView.of(pool, self.kv_args))
 
     # --- SGLang control messages, signed -------------------------------------------------
 
@@ -81,10 +91,11 @@ class LynxKVManager(CommonKVManager):
             ip=self.local_ip,
             port=self.rank_port,
             session_id=self.session_id,
-            data_endpoint=self.side.data_endpoint,
             tp_rank=self.kv_args.engine_rank,
             attn_tp_size=self.attn_tp_size,
             aux_item_lens=tuple(self.kv_args.aux_item_lens),
+            wire_version=wire_version(),
+            issued_ns=time.time_ns(),
         )
         return seal(self.key, registration.to_parts())
 
@@ -100,16 +111,20 @@ class LynxKVManager(CommonKVManager):
         is_dummy: bool,
         device_kv_indices=None,
     ) -> list[bytes]:
+        entry = self.side.rooms.get(bootstrap_room)
+        if entry is None and not is_dummy:
+            raise ControlError(f"room {bootstrap_room} has no reservation on this decode rank")
         metadata = RoomMetadata(
             room=bootstrap_room,
             endpoint=self.local_ip,
             dst_port=self.rank_port,
             session_id=self.session_id,
-            dst_pages=np.asarray(kv_indices if not is_dummy else [], dtype=np.int64),
-            dst_aux_index=-1 if aux_index is None or is_dummy else int(aux_index),
             required_dst_info_num=required_dst_info_num,
             is_dummy=is_dummy,
             decode_prefix_len=int(decode_prefix_len or 0),
+            num_tokens=0 if entry is None else entry.num_tokens,
+            nonce=bytes(16) if entry is None else entry.extra["nonce"],
+            data_endpoint=self.side.data_endpoint,
         )
         return seal(self.key, metadata.to_parts())
 
@@ -128,6 +143,42 @@ class LynxKVManager(CommonKVManager):
             logger.error("%s", exc)
             return None
 
+    def _control_loop(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.server_socket, zmq.POLLIN)
+        last_purge = time.monotonic()
+        while not self.control.stop.is_set():
+            msg = self.server_socket.recv_multipart() if poller.poll(CONTROL_POLL_MS) else None
+            if msg and self.deferred_bootstrap is not None and self._handle_bootstrap_message(msg):
+                continue
+            if msg:
+                try:
+                    self._on_control(msg)
+                except ControlError as exc:
+                    logger.error("Lynx: %s", exc)
+            if not self.is_decode and time.monotonic() - last_purge > PURGE_EVERY_S:
+                self.side.purge()
+                last_purge = time.monotonic()
+
+    def _on_control(self, msg: list[bytes]) -> None:
+        if self.is_decode:
+            if self.handle_abort_ack_message(msg):
+                return
+            parsed = self.parse_kv_status_message(msg)
+            if parsed is not None and parsed[1] == KVPoll.Failed:
+                room, _, _, reason = parsed
+                self.side.on_prefill_failure(room, reason or "the prefill server failed the transfer")
+            return
+        if msg[0] == ABORT_TAG:
+            notification = AbortNotification.from_zmq(msg)
+            if notification is not None:
+                self.side.on_abort(notification.room, "decode aborted the request")
+        elif msg[0] == REGISTER_TAG:
+            registration = DecodeRegistration.from_parts(open_sealed(self.key, msg, "registration"))
+            self.side.on_registration(registration, tuple(self.kv_args.aux_item_lens))
+        else:
+            self.side.on_metadata(RoomMetadata.from_parts(open_sealed(self.key, msg, "room metadata")))
+
     # --- prefill data path -----------------------------------------------------------------
 
     def add_transfer_request(
@@ -141,21 +192,83 @@ class LynxKVManager(CommonKVManager):
         num_kv_tokens: Optional[int] = None,
         **_unused,
     ) -> None:
-        if bootstrap_room not in self.request_status:
-            return
-        if self.check_status(bootstrap_room) == KVPoll.Failed:
+        if bootstrap_room not in self.request_status or self.check_status(bootstrap_room) == KVPoll.Failed:
             return
         self.side.add_chunk(bootstrap_room, kv_indices, is_last_chunk, aux_index, num_kv_tokens)
 
     def _handle_node_failure(self, failed_bootstrap_addr: str):
         super()._handle_node_failure(failed_bootstrap_addr)
-        if self.disaggregation_mode == DisaggregationMode.DECODE:
-            self.side.fail_rooms_of(
+        if self.is_decode:
+            self.side.fail_peer(
                 failed_bootstrap_addr,
                 f"lost connection with prefill instance {failed_bootstrap_addr} before the "
-                "residual KV arrived",
+                "request's KV arrived",
             )
 
     def teardown(self) -> None:
-        self._stopped = True
+        self.control.close()
         self.side.close()
+
+
+def bind_host(server_host: str | None, local_ip: str) -> str:
+    """Where the data listener binds: the server's `--host` if it names one address, else `local_ip`."""
+    if server_host and server_host not in ("0.0.0.0", "::", ""):
+        return server_host
+    return local_ip
+
+
+class _PrefillHost:
+    """`PrefillSide`'s view of SGLang: room status, failures, the decode prefix."""
+
+    def __init__(self, mgr: LynxKVManager) -> None:
+        self._mgr = mgr
+        self.attn_tp_size = mgr.attn_tp_size
+
+    def room_ready(self, room: int, decode_prefix_len: int) -> None:
+        # SGLang's prefill reads this when the request's sender starts (`pop_decode_prefix_len`).
+        self._mgr.req_to_decode_prefix_len[room] = decode_prefix_len
+        self._mgr.update_status(room, KVPoll.WaitingForInput)
+
+    def succeed(self, room: int) -> None:
+        self._mgr.update_status(room, KVPoll.Success)
+
+    def fail(self, room: int, reason: str, notify=()) -> None:
+        mgr = self._mgr
+        if room in mgr.request_status and mgr.check_status(room) != KVPoll.Success:
+            mgr.record_failure(room, reason)
+            mgr.update_status(room, KVPoll.Failed)
+        if notify:
+            mgr.send_kv_status_message(
+                targets=list(notify), bootstrap_room=room, status=KVPoll.Failed, failure_reason=reason
+            )
+
+    def failed(self, room: int) -> bool:
+        return self._mgr.check_status(room) == KVPoll.Failed
+
+
+class _DecodeHost:
+    """`DecodeSide`'s view of SGLang: room status and asking prefill ranks to stop."""
+
+    def __init__(self, mgr: LynxKVManager) -> None:
+        self._mgr = mgr
+
+    def succeed(self, room: int) -> None:
+        self._mgr.update_status(room, KVPoll.Success)
+
+    def fail(self, room: int, reason: str) -> None:
+        if room in self._mgr.request_status:
+            self._mgr.record_failure(room, reason)
+            self._mgr.update_status(room, KVPoll.Failed)
+
+    def transferring(self, room: int) -> None:
+        # Out of SGLang's waiting timeout: the room's own no-progress deadline runs now.
+        self._mgr.update_status(room, KVPoll.Transferring)
+
+    def cancel(self, room: int, endpoints: tuple[str, ...]) -> None:
+        mgr = self._mgr
+        parts = AbortNotification(room=room, decode_ip=mgr.local_ip, decode_port=mgr.rank_port).to_zmq()
+        for endpoint in endpoints:
+            try:
+                mgr._send_multipart_locked(endpoint, parts)
+            except Exception as exc:  # the prefill may be gone; nothing else to do
+                logger.debug("Lynx decode: could not cancel room %s at %s: %s", room, endpoint, exc)

@@ -1,10 +1,14 @@
-"""Access to an SGLang MHA KV pool and metadata (aux) buffers for the Lynx data path."""
+"""`PoolView`: what the Lynx data path may see of one rank's SGLang KV pool and metadata rows."""
 
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from lynx.kvwire import KVShape
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -24,25 +28,77 @@ def check_pool(pool) -> None:
         )
 
 
-def layer_buffers(pool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Per-layer K and V buffers, each ``[pool_slots, kv_heads, head_dim]``."""
-    return list(pool.k_buffer), list(pool.v_buffer)
+def page_slots(pages: np.ndarray, page_size: int, num_tokens: int) -> np.ndarray:
+    """Token slots of the first `num_tokens` tokens stored in `pages` (int64)."""
+    pages = np.asarray(pages, dtype=np.int64)
+    if num_tokens > len(pages) * page_size:
+        raise ValueError(f"{num_tokens} tokens do not fit in {len(pages)} pages of {page_size}")
+    slots = (pages[:, None] * page_size + np.arange(page_size)[None, :]).reshape(-1)
+    return slots[:num_tokens]
 
 
-def read_aux(kv_args, aux_index: int) -> bytes:
-    """The request's row of every metadata buffer, concatenated."""
-    rows = []
-    for ptr, item_len in zip(kv_args.aux_data_ptrs, kv_args.aux_item_lens):
-        rows.append(bytes((ctypes.c_byte * item_len).from_address(ptr + item_len * aux_index)))
-    return b"".join(rows)
+@dataclass(frozen=True)
+class PoolView:
+    """Per-layer K/V buffers (each ``[slots, kv_heads, head_dim]``), page size and metadata rows.
 
+    The view never frees or allocates: whoever holds a request's slots decides
+    when they may be written (see `lynx.transfer.rooms`).
+    """
 
-def write_aux(kv_args, aux_index: int, data) -> None:
-    """Write a request's metadata rows (as `read_aux` produced them) into row `aux_index`."""
-    view = memoryview(data).cast("B")
-    if len(view) != sum(kv_args.aux_item_lens):
-        raise ValueError(f"aux data of {len(view)} bytes, buffers need {sum(kv_args.aux_item_lens)}")
-    offset = 0
-    for ptr, item_len in zip(kv_args.aux_data_ptrs, kv_args.aux_item_lens):
-        ctypes.memmove(ptr + item_len * aux_index, bytes(view[offset : offset + item_len]), item_len)
-        offset += item_len
+    k_buffers: tuple[torch.Tensor, ...]
+    v_buffers: tuple[torch.Tensor, ...]
+    page_size: int
+    aux_ptrs: tuple[int, ...]
+    aux_item_lens: tuple[int, ...]
+
+    @classmethod
+    def of(cls, pool, kv_args=None) -> PoolView:
+        """The view of an SGLang MHA pool and a PD manager's `KVArgs` (page size, metadata buffers)."""
+        check_pool(pool)
+        if kv_args is None:
+            return cls(tuple(pool.k_buffer), tuple(pool.v_buffer), int(pool.page_size), (), ())
+        return cls(
+            tuple(pool.k_buffer),
+            tuple(pool.v_buffer),
+            int(kv_args.page_size),
+            tuple(int(p) for p in kv_args.aux_data_ptrs),
+            tuple(int(n) for n in kv_args.aux_item_lens),
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self.k_buffers[0].device
+
+    @property
+    def aux_size(self) -> int:
+        return sum(self.aux_item_lens)
+
+    def shape(self, num_tokens: int) -> KVShape:
+        """The KV shape of `num_tokens` tokens in this pool."""
+        first = self.k_buffers[0]
+        return KVShape(len(self.k_buffers), num_tokens, first.shape[1], first.shape[2], first.dtype)
+
+    def slot_index(self, slots: np.ndarray) -> torch.Tensor:
+        """Token slots as an int64 index tensor on the pool's device."""
+        return torch.from_numpy(np.asarray(slots, dtype=np.int64)).to(self.device)
+
+    def read_aux(self, index: int) -> bytes:
+        """The request's row of every metadata buffer, concatenated."""
+        return b"".join(
+            bytes((ctypes.c_byte * n).from_address(ptr + n * index)) for ptr, n in zip(self.aux_ptrs, self.aux_item_lens)
+        )
+
+    def write_aux(self, index: int, data) -> None:
+        """Write a request's metadata rows (as `read_aux` produced them) into row `index`."""
+        view = memoryview(data).cast("B")
+        if len(view) != self.aux_size:
+            raise ValueError(f"aux data of {len(view)} bytes, buffers need {self.aux_size}")
+        offset = 0
+        for ptr, n in zip(self.aux_ptrs, self.aux_item_lens):
+            ctypes.memmove(ptr + n * index, bytes(view[offset : offset + n]), n)
+            offset += n
+
+    def synchronize(self) -> None:
+        """Make this thread's writes visible to every stream before reporting them (GPU pools)."""
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()

@@ -1,12 +1,15 @@
 """Prefill side of the lynx backend: learn destinations, encode KV, send it by priority.
 
-Threads: a control thread (decode registrations and per-request metadata on
-SGLang's control socket) and an encoder thread. On a request's last chunk the
-encoder snapshots its KV into the mode's streams (anchor first), announces
-them with a signed manifest and hands them to the `PrioritySender`, whose
-single link sends every queued anchor byte before any residual byte. The room
-is reported Success once the snapshot is taken, so SGLang may free the
-prefill KV pages: the residual no longer reads them.
+The manager hands it decode registrations, per-request metadata (a transfer
+nonce, the exact token count and the data endpoint of each decode rank) and
+abort notices. On a request's last chunk a supervised encoder thread
+snapshots the request's KV into the mode's streams (anchor first), announces
+them with a manifest MAC'd by the transfer's key and hands both to the
+`PrioritySender`, whose single link sends every queued anchor byte before any
+residual byte and skips peers that do not read. The room is reported Success
+once the snapshot is taken, so SGLang may free the prefill KV pages. An abort
+that arrives while the encoder reads those pages waits for it (`busy`), and
+the streams of an aborted request are never sent.
 """
 
 from __future__ import annotations
@@ -14,30 +17,41 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
-import torch
-from sglang.srt.disaggregation.base.conn import KVPoll
-from sglang.srt.disaggregation.common.conn import ABORT_TAG, AbortNotification
 
-from lynx.kvwire import KVShape
-from lynx.manifest import MANIFEST_TAG, Manifest, dtype_name
-from lynx.transfer.frames import AUX_STREAM, sign
+from lynx.config import LynxConfig
+from lynx.manifest import Manifest, dtype_name, wire_version
+from lynx.transfer.frames import AUX_STREAM
+from lynx.transfer.keys import curve_keys, transfer_key
 from lynx.transfer.pacer import make_pacer
 from lynx.transfer.sender import PrioritySender
+from lynx.transfer.supervise import Supervisor
 from lynx.transfer.zmq_transport import ZmqTransport
-from lynx_patches.pd.control import (
-    REGISTER_TAG,
-    ControlError,
-    DecodeRegistration,
-    RoomMetadata,
-    open_sealed,
-    page_slots,
-)
-from lynx_patches.pd.pool import layer_buffers, read_aux
+from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata, check_data_endpoint
+from lynx_patches.pd.pool import PoolView, page_slots
 
 logger = logging.getLogger(__name__)
+
+STALE_METADATA_S = 300.0
+
+
+class PrefillHost(Protocol):
+    """What the prefill side needs of the engine."""
+
+    attn_tp_size: int
+
+    def room_ready(self, room: int, decode_prefix_len: int) -> None: ...
+
+    def succeed(self, room: int) -> None: ...
+
+    def fail(self, room: int, reason: str, notify: tuple[tuple[str, int], ...] = ()) -> None:
+        """Fail the room here unless it already succeeded, and tell the decode ranks in `notify`."""
+
+    def failed(self, room: int) -> bool: ...
 
 
 @dataclass
@@ -49,155 +63,234 @@ class _Job:
 
 
 class PrefillSide:
-    def __init__(self, mgr) -> None:
-        self.mgr = mgr
+    """One per prefill rank. Args: the config, the shared secret, the engine adapter."""
+
+    def __init__(self, config: LynxConfig, secret: bytes, host: PrefillHost, clock=time.monotonic) -> None:
+        self.config, self.wire, self._secret, self._host, self._clock = config, config.wire, secret, host, clock
         self.peers: dict[str, DecodeRegistration] = {}
+        self.refused: dict[str, str] = {}
+        self._destinations: dict[int, dict[str, RoomMetadata]] = {}
+        self._metadata_at: dict[int, float] = {}
         self._chunks: dict[int, list[tuple[np.ndarray, int]]] = {}
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
-        self.transport = ZmqTransport()
+        self._claims: set[int] = set()
+        self._encoding: set[int] = set()
+        self._aborted: set[int] = set()
+        self._lock = threading.Condition()
+        self._jobs: queue.Queue[_Job] = queue.Queue()
+        self._pool: PoolView | None = None
+        self._pool_ready = threading.Event()
+        curve = curve_keys(secret) if secret and not config.plaintext_data else None
+        self.transport = ZmqTransport(curve=curve)
         self.sender = PrioritySender(
             self.transport,
-            mgr.key,
-            chunk_bytes=mgr.config.chunk_bytes,
-            pacer=make_pacer(mgr.config.link_gbps, burst_bytes=mgr.config.chunk_bytes),
+            secret,
+            chunk_bytes=config.chunk_bytes,
+            pacer=make_pacer(config.link_gbps, burst_bytes=config.chunk_bytes),
             on_error=self._on_send_error,
+            submit_timeout_s=0,
         )
-        self._threads = [
-            threading.Thread(target=self._control_loop, name="LynxPrefillControl", daemon=True),
-            threading.Thread(target=self._encode_loop, name="LynxPrefillEncoder", daemon=True),
-        ]
+        self.supervisor = Supervisor(self._on_crash)
+
+    @property
+    def dropped(self) -> int:
+        return self.sender.stats().chunks_dropped
+
+    def live_count(self) -> int:
+        with self._lock:
+            return len(self._claims)
+
+    def attach(self, pool: PoolView) -> None:
+        self._pool = pool
+        self._pool_ready.set()
 
     def start(self) -> None:
         self.sender.start()
-        for thread in self._threads:
-            thread.start()
+        self.supervisor.start("LynxPrefillEncoder", self._encode_loop)
 
     def close(self) -> None:
-        self._jobs.put(None)
+        self.supervisor.close()
         self.sender.close()
         self.transport.close()
 
-    # --- control ---------------------------------------------------------------------------
+    # --- control (the manager's control thread) -------------------------------------------
 
-    def _control_loop(self) -> None:
-        recv = self.mgr._make_worker_recv(self.mgr.server_socket)
-        while not self.mgr._stopped:
-            msg = recv()
-            if not msg:
-                continue
-            try:
-                self._handle_control(msg)
-            except ControlError as exc:
-                logger.error("Lynx prefill: %s", exc)
-            except Exception:
-                logger.exception("Lynx prefill: control message failed")
+    def on_registration(self, reg: DecodeRegistration, aux_item_lens: tuple[int, ...]) -> None:
+        """A decode rank registers; a refusal is kept and named to each of its requests."""
+        known = self.peers.get(reg.session_id)
+        if known is not None and reg.issued_ns <= known.issued_ns:
+            raise ControlError(f"ignored a stale registration of {reg.session_id} (replayed or reordered)")
+        problem = None
+        if reg.wire_version != wire_version():
+            problem = f"decode {reg.session_id} speaks {reg.wire_version}, this prefill {wire_version()}"
+        elif reg.attn_tp_size != self._host.attn_tp_size:
+            problem = (
+                f"decode {reg.session_id} runs attention TP {reg.attn_tp_size}, this prefill "
+                f"{self._host.attn_tp_size}; the lynx backend needs equal TP sizes"
+            )
+        elif reg.aux_item_lens != aux_item_lens:
+            problem = (
+                f"decode {reg.session_id} has metadata buffers {reg.aux_item_lens}, this prefill "
+                f"{aux_item_lens}; start both with the same options"
+            )
+        if problem is not None:
+            self.refused[reg.session_id] = problem
+            self.peers.pop(reg.session_id, None)
+            raise ControlError(f"refused decode {reg.session_id}: {problem}")
+        self.refused.pop(reg.session_id, None)
+        self.peers[reg.session_id] = reg
+        logger.info("Lynx prefill: decode %s registered", reg.session_id)
 
-    def _handle_control(self, msg: list[bytes]) -> None:
-        if msg[0] == ABORT_TAG:
-            notification = AbortNotification.from_zmq(msg)
-            if notification is not None:
-                self._abort(notification.room, "decode aborted the request")
+    def on_metadata(self, meta: RoomMetadata) -> None:
+        """A decode rank's expectations of one request; all ranks in: the room may start."""
+        if meta.session_id in self.refused:
+            reason = f"this prefill refused the decode server: {self.refused[meta.session_id]}"
+            self._host.fail(meta.room, reason, ((meta.endpoint, meta.dst_port),))
             return
-        if msg[0] == REGISTER_TAG:
-            registration = DecodeRegistration.from_parts(open_sealed(self.mgr.key, msg, "registration"))
-            self._register(registration)
-            return
-        metadata = RoomMetadata.from_parts(open_sealed(self.mgr.key, msg, "room metadata"))
-        if metadata.session_id not in self.peers:
-            raise ControlError(f"metadata for room {metadata.room} from unregistered {metadata.session_id}")
-        infos = self.mgr.transfer_infos.setdefault(metadata.room, {})
-        infos[metadata.session_id] = metadata
-        if len(infos) == metadata.required_dst_info_num:
-            # Send only what the decode rank lacks: SGLang's prefill reads this
-            # when the request's sender starts (`pop_decode_prefix_len`).
+        if meta.session_id not in self.peers:
+            raise ControlError(f"metadata for room {meta.room} from unregistered {meta.session_id}")
+        if not meta.is_dummy:
+            check_data_endpoint(meta.data_endpoint, meta.endpoint)
+        with self._lock:
+            infos = self._destinations.setdefault(meta.room, {})
+            infos[meta.session_id] = meta
+            self._metadata_at.setdefault(meta.room, self._clock())
+            complete = len(infos) == meta.required_dst_info_num
             real = [i for i in infos.values() if not i.is_dummy]
-            self.mgr.req_to_decode_prefix_len[metadata.room] = real[0].decode_prefix_len if real else 0
-            self.mgr.update_status(metadata.room, KVPoll.WaitingForInput)
+        if complete:
+            self._host.room_ready(meta.room, real[0].decode_prefix_len if real else 0)
 
-    def _register(self, registration: DecodeRegistration) -> None:
-        mine = tuple(self.mgr.kv_args.aux_item_lens)
-        if registration.attn_tp_size != self.mgr.attn_tp_size:
-            raise ControlError(
-                f"decode {registration.session_id} runs attention TP {registration.attn_tp_size}, "
-                f"this prefill {self.mgr.attn_tp_size}; the lynx backend needs equal TP sizes"
-            )
-        if registration.aux_item_lens != mine:
-            raise ControlError(
-                f"decode {registration.session_id} has metadata buffers {registration.aux_item_lens}, "
-                f"this prefill {mine}; start both with the same options"
-            )
-        self.peers[registration.session_id] = registration
-        logger.info("Lynx prefill: decode %s registered (data %s)", registration.session_id, registration.data_endpoint)
+    def on_abort(self, room: int, reason: str) -> None:
+        """A decode rank gave the request up: stop it, and fail it unless it already succeeded."""
+        self.abort(room)
+        self._host.fail(room, reason)
 
-    def _abort(self, room: int, reason: str) -> None:
+    def abort(self, room: int) -> None:
+        """Nothing more of the room is encoded or sent."""
+        with self._lock:
+            self._aborted.add(room)
+            self._chunks.pop(room, None)
         self.sender.cancel(room)
-        self._chunks.pop(room, None)
-        status = self.mgr.request_status.get(room)
-        if status is not None and status != KVPoll.Success:
-            self.mgr.record_failure(room, reason)
-            self.mgr.update_status(room, KVPoll.Failed)
 
-    def forget(self, room: int) -> None:
-        """The request ended on this side: drop chunks of it still being collected."""
-        self._chunks.pop(room, None)
+    def purge(self) -> None:
+        """Forget metadata of rooms no request ever claimed (the prefill never saw them)."""
+        now = self._clock()
+        with self._lock:
+            stale = [r for r, t in self._metadata_at.items() if r not in self._claims and now - t > STALE_METADATA_S]
+            for room in stale:
+                self._destinations.pop(room, None)
+                self._metadata_at.pop(room, None)
+        if stale:
+            logger.info("Lynx prefill: dropped metadata of %d rooms that never arrived here", len(stale))
 
-    # --- data ------------------------------------------------------------------------------
+    # --- SGLang's sender (scheduler thread) -------------------------------------------------
+
+    def claim(self, room: int) -> bool:
+        """Claim `room` for a new sender; False if a live sender holds it (a duplicate)."""
+        with self._lock:
+            if room in self._claims:
+                return False
+            self._claims.add(room)
+            self._aborted.discard(room)
+            return True
+
+    def release(self, room: int) -> None:
+        """The sender ended: forget the room (queued bytes of it stay queued unless aborted)."""
+        with self._lock:
+            self._claims.discard(room)
+            self._chunks.pop(room, None)
+            self._destinations.pop(room, None)
+            self._metadata_at.pop(room, None)
+            self._aborted.discard(room)
+
+    def busy(self, room: int) -> bool:
+        """Whether the encoder is reading the room's KV pages right now (they must not be freed)."""
+        with self._lock:
+            return room in self._encoding
 
     def add_chunk(self, room: int, pages, is_last: bool, aux_index, num_tokens) -> None:
-        """Called by SGLang's sender for each prefilled chunk (scheduler thread)."""
-        if room not in self.mgr.transfer_infos:
-            return
+        """Called by SGLang's sender for each prefilled chunk."""
         pages = np.asarray(pages, dtype=np.int64)
-        count = len(pages) * self.mgr.kv_args.page_size if num_tokens is None else int(num_tokens)
-        self._chunks.setdefault(room, []).append((pages, count))
-        if is_last:
+        with self._lock:
+            if room not in self._destinations or room in self._aborted:
+                return
+            count = len(pages) * self._pool_page_size() if num_tokens is None else int(num_tokens)
+            self._chunks.setdefault(room, []).append((pages, count))
+            if not is_last:
+                return
             chunks = self._chunks.pop(room)
-            self._jobs.put(
-                _Job(room, np.concatenate([p for p, _ in chunks]), sum(n for _, n in chunks), aux_index)
-            )
+        pages = np.concatenate([p for p, _ in chunks]) if chunks else np.empty(0, dtype=np.int64)
+        self._jobs.put(_Job(room, pages, sum(n for _, n in chunks), aux_index))
+
+    def _pool_page_size(self) -> int:
+        self._pool_ready.wait()
+        return self._pool.page_size
+
+    # --- encoder thread ---------------------------------------------------------------------
 
     def _encode_loop(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        while not self.supervisor.stop.is_set():
             try:
-                self._send(job)
-            except Exception as exc:
-                logger.exception("Lynx prefill: sending room %s failed", job.room)
-                self.mgr.conclude_failure(bootstrap_room=job.room, failure_reason=f"lynx prefill: {exc}")
+                job = self._jobs.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self._run(job)
+
+    def _run(self, job: _Job) -> None:
+        """Send one job; any error fails its room (here and on its decode ranks), never the thread."""
+        try:
+            self._send(job)
+        except Exception as exc:
+            logger.exception("Lynx prefill: sending room %s failed", job.room)
+            self._host.fail(job.room, f"lynx prefill: {exc}", self._targets(job.room))
+
+    def _on_crash(self, name: str, error: str) -> None:
+        logger.error("Lynx prefill: %s restarted after: %s", name, error)
 
     def _send(self, job: _Job) -> None:
-        infos = [i for i in self.mgr.transfer_infos.get(job.room, {}).values() if not i.is_dummy]
-        if self.mgr.check_status(job.room) == KVPoll.Failed or not infos:
+        with self._lock:
+            dests = [m for m in self._destinations.get(job.room, {}).values() if not m.is_dummy]
+            if job.room in self._aborted or self._host.failed(job.room) or not dests:
+                return
+            self._encoding.add(job.room)
+        try:
+            for meta in dests:
+                if meta.num_tokens != job.num_tokens:
+                    raise ControlError(
+                        f"decode {meta.session_id} reserved {meta.num_tokens} tokens, this prefill has "
+                        f"{job.num_tokens} to send"
+                    )
+            self._pool_ready.wait()
+            pool = self._pool
+            shape = pool.shape(job.num_tokens)
+            index = pool.slot_index(page_slots(job.pages, pool.page_size, job.num_tokens))
+            streams = self.wire.encode(pool.k_buffers, pool.v_buffers, index)
+            aux = pool.read_aux(job.aux_index)
+        finally:
+            with self._lock:
+                self._encoding.discard(job.room)
+                aborted = job.room in self._aborted
+                self._lock.notify_all()
+        if aborted:
             return
-        self.mgr.pool_ready.wait()
-        k_buffers, v_buffers = layer_buffers(self.mgr.pool)
-        slots = page_slots(job.pages, self.mgr.kv_args.page_size, job.num_tokens)
-        index = torch.from_numpy(slots).to(k_buffers[0].device)
-        shape = KVShape(len(k_buffers), job.num_tokens, k_buffers[0].shape[1], k_buffers[0].shape[2], k_buffers[0].dtype)
-        wire = self.mgr.wire
-        streams = wire.encode(k_buffers, v_buffers, index)
-        aux = read_aux(self.mgr.kv_args, job.aux_index)
         manifest = Manifest(
-            room=job.room,
-            mode=wire.mode,
-            preset=self.mgr.config.preset,
-            num_layers=shape.num_layers,
-            num_tokens=shape.num_tokens,
-            kv_heads=shape.kv_heads,
-            head_dim=shape.head_dim,
-            dtype=dtype_name(shape.dtype),
-            stream_sizes=tuple(int(s.numel()) for s in streams),
-            aux_size=len(aux),
-        ).to_bytes()
-        bounds = wire.layer_bounds(shape)
-        for info in infos:
-            endpoint = self.peers[info.session_id].data_endpoint
-            self.transport.send(endpoint, [MANIFEST_TAG, manifest, sign(self.mgr.key, MANIFEST_TAG, manifest)])
-            self.sender.submit(endpoint, job.room, AUX_STREAM, aux)
+            job.room, self.wire.mode, self.config.preset, shape.num_layers, shape.num_tokens, shape.kv_heads,
+            shape.head_dim, dtype_name(shape.dtype), tuple(int(s.numel()) for s in streams), len(aux),
+        )  # fmt: skip
+        bounds = self.wire.layer_bounds(shape)
+        for meta in dests:
+            key = transfer_key(self._secret, meta.nonce)
+            self.sender.submit_message(meta.data_endpoint, job.room, manifest.seal(key))
+            self.sender.submit(meta.data_endpoint, job.room, AUX_STREAM, aux, key=key)
             for stream_id, (data, layer_bounds) in enumerate(zip(streams, bounds)):
-                self.sender.submit(endpoint, job.room, stream_id, data.numpy(), layer_bounds)
-        self.mgr.update_status(job.room, KVPoll.Success)
+                self.sender.submit(meta.data_endpoint, job.room, stream_id, data.numpy(), layer_bounds, key=key)
+        self._host.succeed(job.room)
 
     def _on_send_error(self, room: int, message: str) -> None:
         logger.error("Lynx prefill: room %s: %s", room, message)
-        if room in self.mgr.request_status and self.mgr.check_status(room) != KVPoll.Success:
-            self.mgr.conclude_failure(bootstrap_room=room, failure_reason=message)
+        self._host.fail(room, message, self._targets(room))
+
+    def _targets(self, room: int) -> tuple[tuple[str, int], ...]:
+        """The control addresses of the decode ranks a room's KV goes to."""
+        with self._lock:
+            infos = self._destinations.get(room, {}).values()
+            return tuple(dict.fromkeys((m.endpoint, m.dst_port) for m in infos if not m.is_dummy))

@@ -6,6 +6,7 @@ from lynx_patches import targets
 from lynx_patches.selfcheck import Hook
 
 BACKEND_VALUE = "lynx"
+MANAGER_ATTR = "_lynx_manager"
 
 
 def install_backend_choice() -> None:
@@ -54,15 +55,47 @@ def get_kv_class(original, transfer_backend, class_type):
 
 
 def init_kv_manager(original, queue):
-    """AROUND `{Prefill,Decode}..._init_kv_manager`: give a Lynx manager its KV pool."""
+    """AROUND `{Prefill,Decode}..._init_kv_manager`: give a Lynx manager its KV pool; remember it."""
+    from lynx_patches.pd.manager import LynxKVManager
+
     manager = original(queue)
-    if hasattr(manager, "attach_pool"):
-        manager.attach_pool(queue.token_to_kv_pool)
+    if isinstance(manager, LynxKVManager):
+        manager.attach_pool(require(queue, "token_to_kv_pool"))
+        setattr(require(queue, "scheduler"), MANAGER_ATTR, manager)
     return manager
+
+
+def manager_of(scheduler):
+    """The scheduler's `LynxKVManager`, or None (not disaggregated, or another backend)."""
+    return getattr(scheduler, MANAGER_ATTR, None)
+
+
+def send_kv_metadata(original, queue, decode_req, kv_indices, page_size, *args, **kwargs):
+    """AROUND `DecodePreallocQueue._send_kv_metadata`: tell a Lynx receiver its exact token count."""
+    from lynx_patches.pd.conn import LynxKVReceiver
+
+    receiver = decode_req.kv_receiver
+    if isinstance(receiver, LynxKVReceiver):
+        prefix = int(kwargs.get("decode_prefix_len") or 0)
+        receiver.lynx_tokens = len(decode_req.req.origin_input_ids) - prefix
+    return original(queue, decode_req, kv_indices, page_size, *args, **kwargs)
+
+
+def require(obj, name: str):
+    """``obj.name``; a LynxHookError naming the SGLang attribute if this SGLang lacks it."""
+    from lynx_patches.selfcheck import LynxHookError
+
+    try:
+        return getattr(obj, name)
+    except AttributeError:
+        raise LynxHookError(
+            f"SGLang's {type(obj).__name__} has no attribute {name!r}; Lynx needs SGLang 0.5.23"
+        ) from None
 
 
 HOOKS = (
     Hook(targets.GET_KV_CLASS, get_kv_class, "AROUND"),
     Hook(targets.PREFILL_INIT_KV_MANAGER, init_kv_manager, "AROUND"),
     Hook(targets.DECODE_INIT_KV_MANAGER, init_kv_manager, "AROUND"),
+    Hook(targets.DECODE_SEND_KV_METADATA, send_kv_metadata, "AROUND"),
 )

@@ -26,7 +26,8 @@ import torch
 from lynx.kvwire import WireFormat
 from lynx.sampling import draw
 from lynx.speculation import verify as verify_tokens
-from lynx_patches.pd.pool import layer_buffers
+from lynx.transfer.rooms import RoomState
+from lynx_patches.pd.decode_side import as_tensor
 from lynx_patches.speculate.state import (
     ATTR,
     SpecState,
@@ -48,8 +49,8 @@ class SpecController:
     def __init__(self, scheduler, side) -> None:
         self.scheduler = scheduler
         self.side = side
-        self.config = side.mgr.config
-        self.wire: WireFormat = side.mgr.wire
+        self.config = side.config
+        self.wire: WireFormat = side.wire
         self.reqs: dict[str, object] = {}
         self.parked: list = []
         self.prometheus = None
@@ -60,8 +61,8 @@ class SpecController:
 
     # --- adoption (transfer committed, scheduler thread) -------------------------------------
 
-    def adopt(self, req, entry) -> SpecState:
-        """Take over a request whose anchor has landed (a missing `entry` fails it next tick)."""
+    def adopt(self, req, residual_pending: bool) -> SpecState:
+        """Take over a request whose anchor has landed (a residual it lost fails it next tick)."""
         params = req.sampling_params
         cap = self.config.max_speculative_tokens if can_speculate(params, req) else 0
         state = SpecState(
@@ -71,7 +72,7 @@ class SpecController:
             rule=sampling_rule(params),
             seed=request_seed(params),
         )
-        state.anchor = entry is None or entry.residual != "none"
+        state.anchor = residual_pending
         if state.anchor:
             # Partial-precision KV never enters the decode radix cache.
             state.barred_from_tree = req.skip_radix_cache_insert
@@ -95,7 +96,7 @@ class SpecController:
 
     def metrics(self, req) -> dict:
         state = state_of(req)
-        timings = self.side.timings(req.bootstrap_room)
+        timings = self.side.rooms.timings(req.bootstrap_room)
         return {"mode": self.config.mode, **timings, **(state.metrics() if state else {})}
 
     # --- per iteration -------------------------------------------------------------------------
@@ -109,42 +110,30 @@ class SpecController:
                 continue
             if not state.anchor:
                 continue
-            entry = self.side.rooms.get(state.room)
-            if entry is None or entry.residual == "failed":
-                reason = entry.failure if entry is not None else "residual KV state lost"
-                self._fail(req, f"residual KV failed: {reason}", running_batch)
-            elif entry.residual == "pending":
-                waited = time.monotonic() - entry.since
-                if waited > self.config.transfer_timeout:
-                    self._fail(
-                        req,
-                        f"residual KV did not arrive within {self.config.transfer_timeout:g}s "
-                        "(--lynx-transfer-timeout)",
-                        running_batch,
-                    )
-            elif entry.residual == "landed" and not verified_one:
+            failure = self.side.check(state.room)
+            room_state = self.side.rooms.state(state.room)
+            if failure is not None or room_state is None:
+                self._fail(req, f"residual KV failed: {failure or 'the transfer was lost'}", running_batch)
+            elif room_state is RoomState.LANDED and not verified_one:
                 self._verify(req, state, running_batch)
                 verified_one = True
         self._park(running_batch)
         if running_batch.is_empty() and not self.scheduler.waiting_queue and self.parked:
-            self.side.residual_event.wait(IDLE_WAIT_S)
-            self.side.residual_event.clear()
+            self.side.landed.wait(IDLE_WAIT_S)
+            self.side.landed.clear()
         return running_batch
 
     # --- verify --------------------------------------------------------------------------------
 
     def _verify(self, req, state: SpecState, running_batch) -> None:
         started = time.perf_counter()
-        taken = self.side.take_residual(state.room)
-        if taken is None:
+        room = self.side.rooms.take_landed(state.room)
+        if room is None:
             return
-        manifest, streams = taken
-        k_buffers, v_buffers = layer_buffers(self.side.mgr.pool)
-        pool = self.scheduler.req_to_token_pool
+        manifest, assembly, kv = room.manifest, room.assembly, self.side.pool
+        streams = [as_tensor(assembly.buffer(s)) for s in range(len(manifest.stream_sizes))]
+        self.wire.upgrade(streams, manifest.shape, kv.k_buffers, kv.v_buffers, kv.slot_index(room.slots))
         prompt = len(req.origin_input_ids)
-        # The transfer covered the prompt past any prefix the decode radix cache held.
-        slots = pool.req_to_token[req.kv.req_pool_idx, prompt - manifest.num_tokens : prompt]
-        self.wire.upgrade(streams, manifest.shape, k_buffers, v_buffers, slots.to(torch.int64))
         held_back = state.speculated(len(req.output_ids))
         state.anchor = False
         req.skip_radix_cache_insert = state.barred_from_tree

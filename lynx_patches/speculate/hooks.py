@@ -4,24 +4,24 @@ from __future__ import annotations
 
 from lynx_patches import targets
 from lynx_patches.metrics import attach
+from lynx_patches.pd.registry import manager_of
 from lynx_patches.selfcheck import Hook
 from lynx_patches.speculate.state import in_anchor_phase, sampling_rule, state_of
+from lynx_patches.startup import lynx_config_of
 
 CONTROLLER_ATTR = "_lynx_controller"
 
 
 def controller_of(scheduler):
-    """The scheduler's `SpecController` in ``lynx`` mode, else None (created on first use)."""
+    """The scheduler's `SpecController` on a Lynx decode server, else None (created on first use)."""
     controller = getattr(scheduler, CONTROLLER_ATTR, None)
     if controller is None:
-        config = getattr(scheduler.server_args, "_lynx", None)
-        queue = getattr(scheduler, "disagg_decode_prealloc_queue", None)
-        side = getattr(getattr(queue, "kv_manager", None), "side", None)
-        if config is None or side is None:
+        manager = manager_of(scheduler)
+        if manager is None or not manager.is_decode:
             return None
         from lynx_patches.speculate.controller import SpecController
 
-        controller = SpecController(scheduler, side)
+        controller = SpecController(scheduler, manager.side)
         setattr(scheduler, CONTROLLER_ATTR, controller)
     return controller
 
@@ -34,15 +34,20 @@ def commit_transfer(original, queue, decode_req):
     if not isinstance(decode_req.kv_receiver, LynxKVReceiver):  # e.g. SGLang's warmup (fake)
         return original(queue, decode_req)
     side = decode_req.kv_receiver.kv_mgr.side
-    controller = controller_of(queue.scheduler)
-    entry = side.hand_over(req.bootstrap_room) if controller is not None else None
-    timings = side.timings(req.bootstrap_room)
+    room = req.bootstrap_room
+    residual_pending = side.wire.num_streams > 1
+    if residual_pending:
+        side.rooms.hand_over(room)  # the residual outlives SGLang's receiver
+    timings = side.rooms.timings(room)
     result = original(queue, decode_req)
-    if controller is not None and not req.finished():
-        controller.adopt(req, entry)
-        attach(req, controller.metrics(req))
+    controller = controller_of(queue.scheduler)
+    if req.finished():  # aborted at commit: nothing will consume the room
+        if residual_pending:
+            side.forget(room)
+        attach(req, {"mode": side.config.mode, **timings})
     else:
-        attach(req, {"mode": side.mgr.config.mode, **timings})
+        controller.adopt(req, residual_pending)
+        attach(req, controller.metrics(req))
     return result
 
 
@@ -64,7 +69,7 @@ def next_prefill_batch(original, scheduler, *args, **kwargs):
     unless deterministic inference is on), so a seeded request repeats from its first token."""
     plan = original(scheduler, *args, **kwargs)
     batch = plan.batch_to_run
-    if batch is not None and batch.sampling_info is not None and getattr(scheduler.server_args, "_lynx", None):
+    if batch is not None and batch.sampling_info is not None and lynx_config_of(scheduler.server_args):
         rows = []
         for row, req in enumerate(batch.reqs):
             rule = sampling_rule(req.sampling_params)

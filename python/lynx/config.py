@@ -9,6 +9,7 @@ from pathlib import Path
 
 from lynx.codec import CodecSpec
 from lynx.kvwire import WireFormat
+from lynx.transfer.keys import check_secret
 
 MODES = ("bf16", "int8", "int4", "lynx")
 SECRET_ENV = "LYNX_SECRET"
@@ -27,11 +28,15 @@ class LynxConfig:
         link_gbps: emulated link rate at the sender in Gbit/s; 0 = unpaced.
         chunk_bytes: largest payload of one frame; bounds how long a residual
             chunk can hold up an anchor on the link.
-        transfer_timeout: seconds a decode server waits, after reserving a
-            request's KV slots, for its KV before failing the request.
+        transfer_timeout: seconds a decode server waits without progress on a
+            request's KV (counted from the prefill's announcement of the
+            transfer, then from the last byte received) before failing it.
         secret_file: file holding the shared secret that authenticates peers
             (else the `LYNX_SECRET` environment variable).
         insecure: allow disaggregated serving without a secret (local tests).
+        plaintext_data: send KV without CurveZMQ encryption; frames stay
+            MAC-authenticated (for trusted networks where encryption costs
+            more than the link).
         loopback: on a non-disaggregated server, round-trip each prompt's KV
             through the mode's wire format after prefill (accuracy of a mode
             without a decode server).
@@ -46,6 +51,7 @@ class LynxConfig:
     transfer_timeout: float = 60.0
     secret_file: str | None = None
     insecure: bool = False
+    plaintext_data: bool = False
     loopback: bool = False
     max_speculative_tokens: int = 16
 
@@ -72,10 +78,6 @@ class LynxConfig:
             raise ValueError(f"--lynx-transfer-timeout must be > 0 seconds; got {self.transfer_timeout}")
 
     @property
-    def codec_spec(self) -> CodecSpec:
-        return CodecSpec.preset(self.preset)
-
-    @property
     def wire(self) -> WireFormat:
         return WireFormat.for_mode(self.mode, self.preset)
 
@@ -93,15 +95,26 @@ class LynxConfig:
                 raise ValueError(f"--lynx-secret-file {self.secret_file}: {exc.strerror}") from None
             if not secret:
                 raise ValueError(f"--lynx-secret-file {self.secret_file} is empty")
+            _check_length(secret, f"--lynx-secret-file {self.secret_file}")
             return secret
         secret = os.environ.get(SECRET_ENV, "").encode()
-        if secret or self.insecure:
+        if secret:
+            _check_length(secret, f"${SECRET_ENV}")
+            return secret
+        if self.insecure:
             return secret
         raise ValueError(
             "disaggregated Lynx servers authenticate each other with a shared secret: "
             f"pass --lynx-secret-file PATH or set {SECRET_ENV} (the same on prefill and "
             "decode), or --lynx-insecure for local experiments"
         )
+
+
+def _check_length(secret: bytes, where: str) -> None:
+    try:
+        check_secret(secret)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -166,8 +179,8 @@ def options() -> tuple[OptionDoc, ...]:
         OptionDoc(
             "transfer_timeout",
             "SECONDS",
-            "Decode side: fail a request whose KV has not arrived this long after its "
-            "slots were reserved.",
+            "Decode side: fail a request whose KV makes no progress for this long, counted "
+            "from the prefill's announcement of the transfer, then from the last byte received.",
             type=float,
         ),
         OptionDoc(
@@ -180,6 +193,13 @@ def options() -> tuple[OptionDoc, ...]:
             "insecure",
             None,
             "Allow disaggregated serving without a shared secret (local experiments only).",
+            type=bool,
+        ),
+        OptionDoc(
+            "plaintext_data",
+            None,
+            "Send KV without CurveZMQ encryption (frames stay MAC-authenticated); for trusted "
+            "networks where encryption costs more than the link.",
             type=bool,
         ),
         OptionDoc(

@@ -2,7 +2,11 @@
 
 It tells the receiver how big each stream is and what it holds, so the
 receiver can preallocate exact buffers, reject frames outside them, and refuse
-a request whose sender runs a different mode or codec than its own.
+a request whose sender runs a different mode, codec or wire version than its
+own. On the wire it is ``[MANIFEST_TAG, room (u64, big-endian), body, MAC]``:
+the room is readable without parsing the body, and the MAC is keyed with the
+transfer's own key (`lynx.transfer.keys.transfer_key`), so a manifest recorded
+from another transfer never verifies.
 """
 
 from __future__ import annotations
@@ -12,11 +16,28 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from lynx.codec import FORMAT_VERSION
 from lynx.kvwire import KVShape, WireFormat
+from lynx.transfer.frames import sign, verify
 
 MANIFEST_TAG = b"LYNX_MANIFEST"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+MAX_MANIFEST_BYTES = 4096
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+_INT_FIELDS = ("room", "num_layers", "num_tokens", "kv_heads", "head_dim", "aux_size", "version", "format_version")
+
+
+class ManifestError(ValueError):
+    """A manifest that is malformed, unauthenticated or for another transfer."""
+
+
+class ManifestAuthError(ManifestError):
+    """The manifest's MAC does not verify: another secret, or recorded from another transfer."""
+
+
+def wire_version() -> str:
+    """What a peer must speak to exchange KV with this one (named in refusals)."""
+    return f"manifest v{MANIFEST_VERSION}, codec format v{FORMAT_VERSION}"
 
 
 @dataclass(frozen=True)
@@ -29,6 +50,7 @@ class Manifest:
         num_layers, num_tokens, kv_heads, head_dim, dtype: the KV shape.
         stream_sizes: bytes of each KV stream, anchor first.
         aux_size: bytes of the request metadata (first token etc.).
+        version, format_version: the manifest's and the codec's wire versions.
     """
 
     room: int
@@ -42,6 +64,24 @@ class Manifest:
     stream_sizes: tuple[int, ...]
     aux_size: int
     version: int = MANIFEST_VERSION
+    format_version: int = FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ManifestError(f"manifest field {name} must be a non-negative int, got {value!r}")
+        for name in ("mode", "preset", "dtype"):
+            if not isinstance(getattr(self, name), str):
+                raise ManifestError(f"manifest field {name} must be a string, got {getattr(self, name)!r}")
+        sizes = self.stream_sizes
+        if not isinstance(sizes, (tuple, list)) or not sizes:
+            raise ManifestError(f"manifest stream_sizes must be a non-empty list, got {sizes!r}")
+        if any(not isinstance(s, int) or isinstance(s, bool) or s < 0 for s in sizes):
+            raise ManifestError(f"manifest stream_sizes must be non-negative ints, got {sizes!r}")
+        object.__setattr__(self, "stream_sizes", tuple(sizes))
+        if self.dtype not in _DTYPES:
+            raise ManifestError(f"unsupported KV dtype {self.dtype!r}")
 
     @property
     def shape(self) -> KVShape:
@@ -52,20 +92,33 @@ class Manifest:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:
+        """Parse a body; ManifestError names what is wrong (types included)."""
         try:
             fields = json.loads(data)
-            fields["stream_sizes"] = tuple(fields["stream_sizes"])
-            manifest = cls(**fields)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise ValueError(f"malformed transfer manifest: {exc}") from None
-        if manifest.version != MANIFEST_VERSION:
-            raise ValueError(f"unsupported manifest version {manifest.version}")
-        if manifest.dtype not in _DTYPES:
-            raise ValueError(f"unsupported KV dtype {manifest.dtype!r}")
-        return manifest
+            if not isinstance(fields, dict):
+                raise ManifestError("a manifest is a JSON object")
+            return cls(**fields)
+        except ManifestError:
+            raise
+        except (ValueError, TypeError) as exc:
+            raise ManifestError(f"malformed transfer manifest: {exc}") from None
+
+    def seal(self, key: bytes) -> list[bytes]:
+        """The wire message, MAC'd with the transfer's key."""
+        room = self.room.to_bytes(8, "big")
+        body = self.to_bytes()
+        return [MANIFEST_TAG, room, body, sign(key, MANIFEST_TAG, room, body)]
 
     def mismatch(self, wire: WireFormat, expected: KVShape, preset: str) -> str | None:
-        """Why this manifest cannot be received into `expected` with `wire`, or None."""
+        """Why this manifest cannot be received into `expected` with `wire`, or None.
+
+        `expected.num_tokens` is the exact number of tokens the receiver reserved.
+        """
+        if (self.version, self.format_version) != (MANIFEST_VERSION, FORMAT_VERSION):
+            return (
+                f"the prefill server speaks manifest v{self.version}, codec format v{self.format_version}; "
+                f"this decode server {wire_version()}: run the same Lynx version on both"
+            )
         if self.mode != wire.mode or (wire.mode == "lynx" and self.preset != preset):
             return (
                 f"prefill sends --lynx-mode {self.mode} --lynx-preset {self.preset} but this "
@@ -76,11 +129,39 @@ class Manifest:
         theirs = (self.num_layers, self.kv_heads, self.head_dim, _DTYPES[self.dtype])
         if mine != theirs:
             return f"KV layout differs: prefill (layers, heads, head_dim, dtype) {theirs}, decode {mine}"
-        if self.num_tokens > expected.num_tokens:
+        if self.num_tokens != expected.num_tokens:
             return f"{self.num_tokens} tokens announced, {expected.num_tokens} slots reserved"
         if self.stream_sizes != wire.stream_sizes(self.shape):
             return f"stream sizes {self.stream_sizes} do not match {self.mode} for this shape"
         return None
+
+
+def manifest_room(parts: list[bytes]) -> int | None:
+    """The room a manifest message names, unauthenticated; None if it is not one."""
+    if len(parts) != 4 or parts[0] != MANIFEST_TAG or len(parts[1]) != 8:
+        return None
+    return int.from_bytes(parts[1], "big")
+
+
+def open_manifest(parts: list[bytes], key: bytes) -> Manifest:
+    """Verify and parse a manifest message with its transfer's key.
+
+    Raises:
+        ManifestError: not a manifest, too large, bad MAC, or malformed body.
+    """
+    room = manifest_room(parts)
+    if room is None:
+        raise ManifestError("not a manifest message")
+    if len(parts[2]) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"manifest of {len(parts[2])} bytes exceeds {MAX_MANIFEST_BYTES}")
+    if not verify(key, parts[3], MANIFEST_TAG, parts[1], parts[2]):
+        raise ManifestAuthError(
+            f"manifest for room {room} has a bad MAC (another secret, or recorded from another transfer)"
+        )
+    manifest = Manifest.from_bytes(parts[2])
+    if manifest.room != room:
+        raise ManifestError(f"manifest body names room {manifest.room}, its envelope room {room}")
+    return manifest
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from lynx.kvwire import KVShape, WireFormat
-from lynx.manifest import Manifest, dtype_name
+from lynx.manifest import Manifest, ManifestError, dtype_name, manifest_room, open_manifest, wire_version
 
 SHAPE = KVShape(2, 100, 3, 64, torch.bfloat16)
 
@@ -35,9 +35,40 @@ def test_different_options_are_named(receiver_mode, receiver_preset, message):
     assert problem is not None and message in problem
 
 
-def test_more_tokens_than_reserved_is_refused():
-    small = KVShape(2, 50, 3, 64, torch.bfloat16)
-    assert "reserved" in _manifest().mismatch(WireFormat.for_mode("lynx", "int8"), small, "int8")
+@pytest.mark.parametrize("reserved", [50, 101])
+def test_a_token_count_other_than_the_reserved_one_is_refused(reserved):
+    shape = KVShape(2, reserved, 3, 64, torch.bfloat16)
+    problem = _manifest().mismatch(WireFormat.for_mode("lynx", "int8"), shape, "int8")
+    assert problem == f"100 tokens announced, {reserved} slots reserved"
+
+
+def test_another_wire_version_is_refused_naming_both_versions():
+    problem = _manifest(format_version=1).mismatch(WireFormat.for_mode("lynx", "int8"), SHAPE, "int8")
+    assert "codec format v1" in problem and wire_version() in problem
+
+
+def test_sealed_manifest_opens_with_its_transfer_key_only():
+    key, other = b"a" * 32, b"b" * 32
+    parts = _manifest().seal(key)
+    assert manifest_room(parts) == 5
+    assert open_manifest(parts, key) == _manifest()
+    with pytest.raises(ManifestError, match="bad MAC"):
+        open_manifest(parts, other)
+    swapped = [parts[0], (6).to_bytes(8, "big"), parts[2], parts[3]]
+    with pytest.raises(ManifestError, match="bad MAC"):
+        open_manifest(swapped, key)
+
+
+@pytest.mark.parametrize(
+    "field,value", [("num_tokens", "100"), ("stream_sizes", [1, "2"]), ("room", 1.5), ("mode", 3), ("aux_size", True)]
+)
+def test_wrongly_typed_fields_are_refused_at_once(field, value):
+    import json
+
+    body = json.loads(_manifest().to_bytes())
+    body[field] = value
+    with pytest.raises(ManifestError, match=field):
+        Manifest.from_bytes(json.dumps(body).encode())
 
 
 def test_inconsistent_stream_sizes_are_refused():
@@ -45,7 +76,7 @@ def test_inconsistent_stream_sizes_are_refused():
     assert "stream sizes" in bad.mismatch(WireFormat.for_mode("lynx", "int8"), SHAPE, "int8")
 
 
-@pytest.mark.parametrize("data", [b"{}", b"not json", b'{"version": 9}'])
+@pytest.mark.parametrize("data", [b"{}", b"not json", b'{"version": 9}', b"[1, 2]"])
 def test_malformed_manifest_raises_value_error(data):
     with pytest.raises(ValueError):
         Manifest.from_bytes(data)

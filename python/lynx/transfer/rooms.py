@@ -45,7 +45,6 @@ class RoomState(enum.Enum):
 
 
 LIVE = frozenset(set(RoomState) - {RoomState.FAILED, RoomState.CLOSED})
-AWAITING_ANCHOR = frozenset({RoomState.RESERVED, RoomState.RECEIVING, RoomState.WRITING})
 
 
 class DuplicateRoom(ValueError):
@@ -123,6 +122,11 @@ class RoomTable:
         with self._cond:
             entry = self._rooms.get(room)
             return None if entry is None else entry.state
+
+    def live(self) -> list[int]:
+        """Rooms not yet ended."""
+        with self._cond:
+            return [r for r, e in self._rooms.items() if e.state in LIVE]
 
     def rooms_of(self, peer: str) -> list[int]:
         with self._cond:
@@ -251,9 +255,8 @@ class RoomTable:
             if entry is None:
                 return None
             if entry.deadline is not None and entry.state in LIVE and self.clock() > entry.deadline:
-                waiting_for = "KV" if entry.state in AWAITING_ANCHOR else "residual KV"
                 reason = (
-                    f"{waiting_for} of the request made no progress for {self.timeout:g}s "
+                    f"KV of the request made no progress for {self.timeout:g}s "
                     "(--lynx-transfer-timeout); is the prefill server alive and the link up?"
                 )
                 entry.failure, entry.assembly, entry.deadline = reason, None, None

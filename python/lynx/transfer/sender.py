@@ -160,7 +160,15 @@ class PrioritySender:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def submit(self, endpoint: str, room: int, stream: int, data, layer_bounds: Sequence[int] | None = None) -> None:
+    def submit(
+        self,
+        endpoint: str,
+        room: int,
+        stream: int,
+        data,
+        layer_bounds: Sequence[int] | None = None,
+        key: bytes | None = None,
+    ) -> None:
         """Queue one stream of one request for ``endpoint``.
 
         Args:
@@ -169,6 +177,7 @@ class PrioritySender:
             layer_bounds: cumulative byte bounds of the model layers within
                 the stream, ``[0, b1, ..., len(data)]``; each frame then
                 carries the layer range it overlaps (``(0, 0)`` without).
+            key: the MAC key of this stream's frames (default: the sender's).
 
         Raises:
             ValueError: bad arguments, or the stream alone exceeds ``max_inflight_bytes``.
@@ -189,7 +198,7 @@ class PrioritySender:
         for index, (offset, length) in enumerate(spans):
             layers = layers_of_span(offset, length, layer_bounds) if layer_bounds is not None else (0, 0)
             header = FrameHeader(room, stream, index, len(spans), offset, length, *layers)
-            frames.append((encode_frame(header, view[offset : offset + length], self._key), length))
+            frames.append((encode_frame(header, view[offset : offset + length], self._key if key is None else key), length))
         deadline = time.monotonic() + self._submit_timeout_s
         with self._cond:
             while not self._closed and self._queued_bytes.get(endpoint, 0) + total > self.max_inflight_bytes:

@@ -68,7 +68,7 @@ def test_every_accepted_frame_pushes_the_deadline_back_and_silence_fails_the_roo
         assert rooms.expire(7) is None
     clock.now += 10.5
     reason = rooms.expire(7)
-    assert "residual KV of the request made no progress for 10s" in reason
+    assert "KV of the request made no progress for 10s" in reason
     assert rooms.state(7) is RoomState.FAILED and rooms.get(7).failure == reason
 
 

@@ -5,29 +5,37 @@ from lynx_patches.pd.control import (
     ControlError,
     DecodeRegistration,
     RoomMetadata,
+    check_data_endpoint,
     open_sealed,
-    page_slots,
     seal,
 )
+from lynx_patches.pd.pool import page_slots
 
 KEY = b"k" * 32
+NONCE = bytes(range(16))
+
+
+def _metadata(**changes):
+    fields = dict(
+        room=42, endpoint="127.0.0.1", dst_port=5000, session_id="s", required_dst_info_num=1, is_dummy=False,
+        decode_prefix_len=96, num_tokens=300, nonce=NONCE, data_endpoint="tcp://127.0.0.1:6000",
+    )  # fmt: skip
+    return RoomMetadata(**{**fields, **changes})
 
 
 def test_registration_round_trips_through_a_sealed_message():
-    reg = DecodeRegistration("127.0.0.1", 5000, "127.0.0.1:5000", "tcp://127.0.0.1:6000", 0, 1, (64, 8, 4))
+    reg = DecodeRegistration("127.0.0.1", 5000, "127.0.0.1:5000", 0, 1, (64, 8, 4), "manifest v2", 123)
     assert DecodeRegistration.from_parts(open_sealed(KEY, seal(KEY, reg.to_parts()), "registration")) == reg
 
 
-def test_room_metadata_round_trips_with_its_pages():
-    meta = RoomMetadata(42, "127.0.0.1", 5000, "s", np.array([3, 9, 4]), 7, 1, False, decode_prefix_len=96)
-    back = RoomMetadata.from_parts(open_sealed(KEY, seal(KEY, meta.to_parts()), "metadata"))
-    assert back.room == 42 and back.dst_aux_index == 7 and back.dst_pages.tolist() == [3, 9, 4]
-    assert back.decode_prefix_len == 96
+def test_room_metadata_round_trips_with_its_nonce_and_endpoint():
+    meta = _metadata()
+    assert RoomMetadata.from_parts(open_sealed(KEY, seal(KEY, meta.to_parts()), "metadata")) == meta
 
 
 @pytest.mark.parametrize("tamper", ["wrong key", "flipped byte", "missing tag"])
 def test_tampered_or_foreign_messages_are_rejected(tamper):
-    parts = seal(KEY, RoomMetadata(1, "h", 1, "s", np.array([1]), 0, 1, False).to_parts())
+    parts = seal(KEY, _metadata().to_parts())
     key = KEY
     if tamper == "wrong key":
         key = b"x" * 32
@@ -39,9 +47,27 @@ def test_tampered_or_foreign_messages_are_rejected(tamper):
         open_sealed(key, parts, "metadata")
 
 
-def test_malformed_parts_raise_control_error():
+@pytest.mark.parametrize(
+    "parts",
+    [[b"not-a-number"], _metadata(nonce=b"short").to_parts(), _metadata(num_tokens=-1).to_parts()],
+)
+def test_malformed_metadata_raises_control_error(parts):
     with pytest.raises(ControlError, match="malformed"):
-        RoomMetadata.from_parts([b"not-a-number"])
+        RoomMetadata.from_parts(parts)
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["ipc:///tmp/x", "tcp://evil.example:80", "tcp://10.0.0.9:6000", "tcp://127.0.0.1:0", "tcp://127.0.0.1"],
+)
+def test_a_data_endpoint_off_the_decode_ranks_own_address_is_refused(endpoint):
+    with pytest.raises(ControlError):
+        check_data_endpoint(endpoint, "127.0.0.1")
+
+
+def test_a_data_endpoint_on_the_decode_ranks_address_is_accepted():
+    check_data_endpoint("tcp://127.0.0.1:6000", "127.0.0.1")
+    check_data_endpoint("tcp://[::1]:6000", "::1")
 
 
 def test_page_slots_expand_pages_and_cut_the_last_one():

@@ -1,0 +1,263 @@
+"""`DecodeSide` against a fake pool and host: the room lifecycle, its fence, and hostile or broken input.
+
+Messages are fed to the side's message handler the way its data thread would
+(`_on_message`), except in the tests of the socket itself.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+from pd_fakes import SECRET, DecodeHost, FakePool, config, transfer_messages, wait_for
+
+from lynx.transfer.keys import curve_keys, transfer_key
+from lynx.transfer.rooms import RoomState
+from lynx.transfer.transport import TransportError
+from lynx.transfer.zmq_transport import ZmqTransport
+from lynx_patches.pd.decode_side import DecodeSide
+
+ROOM = 4242
+SRC, DST = list(range(10, 30)), list(range(40, 60))
+AUX = bytes(range(24))
+
+
+class Clock:
+    now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def make_side(clock, **options):
+    host = DecodeHost()
+    side = DecodeSide(config(**options), SECRET, host, "127.0.0.1", clock=clock)
+    target = FakePool(seed=1)
+    side.attach(target.view)
+    return side, host, target
+
+
+@pytest.fixture
+def lynx_side(clock):
+    side, host, target = make_side(clock)
+    yield side, host, target
+    side.close()
+
+
+def reserve(side, room=ROOM, slots=DST, aux_index=1):
+    assert side.claim(room)
+    nonce = side.reserve(room, np.array(slots), aux_index, 1000.0, "prefill-a", ("tcp://127.0.0.1:9",))
+    return transfer_key(SECRET, nonce)
+
+
+def messages(side, key, room=ROOM, src=SRC, **options):
+    cfg = config(**options) if options else side.config
+    manifest, frames = transfer_messages(cfg, FakePool(seed=0), src, room, key, AUX)
+    return manifest, frames
+
+
+def deliver(side, parts_list):
+    for parts in parts_list:
+        side._on_message(parts)
+
+
+def expected_kv(side, streams_used):
+    source = FakePool(seed=0)
+    target = FakePool(seed=1)
+    wire = side.wire
+    index = torch.tensor(SRC)
+    streams = wire.encode(source.k, source.v, index)
+    wire.write(streams[:streams_used], source.view.shape(len(SRC)), target.k, target.v, torch.tensor(DST))
+    return target.snapshot(DST)
+
+
+def test_anchor_lands_in_the_slots_then_the_residual_waits_for_the_scheduler(lynx_side):
+    side, host, target = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)])
+    assert side.rooms.state(ROOM) is RoomState.RECEIVING and host.moving == [ROOM]
+    deliver(side, frames[255] + frames[0])
+    assert host.succeeded == [ROOM] and side.rooms.state(ROOM) is RoomState.ANCHORED
+    assert all(torch.equal(a, b) for a, b in zip(target.snapshot(DST), expected_kv(side, 1)))
+    assert bytes(np.concatenate(target.aux_rows, axis=1)[1]) == AUX
+    deliver(side, frames[1])
+    assert side.landed.is_set() and side.rooms.state(ROOM) is RoomState.LANDED
+    room = side.rooms.take_landed(ROOM)
+    assert room.assembly.ready(room.assembly.streams) and side.rooms.take_landed(ROOM) is None
+
+
+def test_one_stream_mode_is_complete_at_the_anchor_and_released_by_the_receiver(clock):
+    side, host, target = make_side(clock, mode="int8")
+    try:
+        key = reserve(side)
+        manifest, frames = messages(side, key)
+        deliver(side, [manifest.seal(key)] + frames[255] + frames[0])
+        assert host.succeeded == [ROOM] and side.rooms.state(ROOM) is RoomState.COMPLETE
+        assert all(torch.equal(a, b) for a, b in zip(target.snapshot(DST), expected_kv(side, 1)))
+        side.release(ROOM)
+        assert side.rooms.get(ROOM) is None and side.claim(ROOM)
+    finally:
+        side.close()
+
+
+def test_a_replayed_manifest_after_the_residual_landed_changes_nothing(lynx_side):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)] + frames[255] + frames[0] + frames[1])
+    deliver(side, [manifest.seal(key)])
+    assert side.rooms.state(ROOM) is RoomState.LANDED and side.dropped == 1
+    assert side.rooms.take_landed(ROOM) is not None and host.failures == []
+
+
+def test_a_manifest_for_fewer_tokens_than_reserved_fails_the_room(lynx_side):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, _ = messages(side, key, src=SRC[:-1])
+    deliver(side, [manifest.seal(key)])
+    assert host.failures == [(ROOM, "19 tokens announced, 20 slots reserved")]
+    assert side.rooms.state(ROOM) is RoomState.FAILED
+
+
+def test_a_second_live_request_with_the_same_room_cannot_claim_it(lynx_side):
+    side, _, _ = lynx_side
+    reserve(side)
+    assert not side.claim(ROOM)
+
+
+def test_slots_released_before_the_anchor_arrives_are_never_written(lynx_side):
+    side, host, target = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)])
+    side.release(ROOM)  # client abort: SGLang frees the slots and reuses them at once
+    before = target.snapshot(DST)
+    deliver(side, frames[255] + frames[0])
+    assert all(torch.equal(a, b) for a, b in zip(target.snapshot(DST), before))
+    assert host.succeeded == [] and side.dropped == len(frames[255]) + len(frames[0])
+
+
+def test_a_release_during_the_anchor_write_waits_for_it_and_success_is_not_reported(lynx_side, monkeypatch):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)] + frames[255])
+    writing, finish = threading.Event(), threading.Event()
+    write = side.wire.write
+
+    def slow_write(*args):
+        writing.set()
+        finish.wait(10)
+        write(*args)
+
+    monkeypatch.setattr(type(side.wire), "write", lambda self, *args: slow_write(*args))
+    writer = threading.Thread(target=deliver, args=(side, frames[0]))
+    writer.start()
+    assert writing.wait(10)
+    released = threading.Event()
+    releaser = threading.Thread(target=lambda: (side.release(ROOM), released.set()))
+    releaser.start()
+    assert not released.wait(0.3), "release returned while the anchor was being written"
+    finish.set()
+    writer.join(10)
+    releaser.join(10)
+    assert released.is_set() and side.rooms.get(ROOM) is None
+
+
+def test_frames_signed_with_another_key_are_dropped_without_failing_the_room(lynx_side):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    _, forged = messages(side, b"x" * 32)
+    deliver(side, [manifest.seal(key)] + forged[0][:1])
+    assert host.failures == [] and side.dropped == 1 and side.rooms.state(ROOM) is RoomState.RECEIVING
+    deliver(side, frames[255] + frames[0])
+    assert host.succeeded == [ROOM]
+
+
+def test_a_manifest_recorded_from_another_transfer_does_not_verify(lynx_side):
+    side, host, _ = lynx_side
+    old_key = reserve(side)
+    manifest, _ = messages(side, old_key)
+    side.release(ROOM)
+    reserve(side)  # the same room id, a new transfer with a new nonce
+    deliver(side, [manifest.seal(old_key)])
+    assert side.rooms.state(ROOM) is RoomState.RESERVED and side.dropped == 1 and host.failures == []
+
+
+def test_a_signed_manifest_with_wrongly_typed_fields_fails_the_room_at_once(lynx_side):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, _ = messages(side, key)
+    parts = manifest.seal(key)
+    body = parts[2].replace(b'"num_tokens": 20', b'"num_tokens": "20"')
+    from lynx.transfer.frames import sign
+
+    deliver(side, [[parts[0], parts[1], body, sign(key, parts[0], parts[1], body)]])
+    assert len(host.failures) == 1 and "num_tokens" in host.failures[0][1]
+
+
+def test_the_deadline_waits_for_the_announcement_then_counts_silence(lynx_side, clock):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    clock.now += 3600  # a prefill queued or computing for an hour
+    assert side.check(ROOM) is None
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)] + frames[255][:1])
+    clock.now += 29
+    deliver(side, frames[255][1:] + frames[0][:1])
+    clock.now += 29
+    assert side.check(ROOM) is None
+    clock.now += 2
+    assert "no progress for 30s" in side.check(ROOM)
+
+
+def test_a_lost_prefill_fails_its_rooms_but_not_completed_ones(lynx_side):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    reserve(side, room=7, slots=range(0, 20))
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)] + frames[255] + frames[0] + frames[1])
+    side.rooms.take_landed(ROOM)
+    side.fail_peer("prefill-a", "lost connection")
+    assert host.failures == [(7, "lost connection")]
+    assert side.rooms.state(ROOM) is RoomState.COMPLETE
+
+
+def test_a_crashing_data_thread_fails_the_live_rooms_and_is_restarted(lynx_side, monkeypatch):
+    side, host, _ = lynx_side
+    reserve(side)
+    calls = []
+    recv = side.listener.recv
+
+    def broken_recv(timeout_s):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return recv(0.01)
+
+    monkeypatch.setattr(side.listener, "recv", broken_recv)
+    side.start()
+    assert wait_for(lambda: len(calls) > 2), "the data thread was not restarted"
+    assert host.failures and "Lynx data thread failed (RuntimeError: boom)" in host.failures[0][1]
+    assert side.supervisor.broken is None
+
+
+def test_a_peer_without_the_secret_cannot_get_a_byte_to_the_data_thread(lynx_side):
+    side, host, _ = lynx_side
+    side.start()
+    with ZmqTransport(send_timeout_s=0.5) as plain, ZmqTransport(send_timeout_s=0.5, curve=curve_keys(b"y" * 32)) as wrong:
+        for transport in (plain, wrong):
+            with pytest.raises(TransportError):
+                transport.send(side.data_endpoint, [b"junk"] * 6000)
+    with ZmqTransport(send_timeout_s=5, curve=curve_keys(SECRET)) as good:
+        good.send(side.data_endpoint, [b"junk"])
+    assert wait_for(lambda: side.dropped == 1) and host.failures == []

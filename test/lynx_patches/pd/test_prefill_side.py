@@ -1,0 +1,145 @@
+"""`PrefillSide` against a fake pool and host: registrations, metadata, the encode fence, what it sends."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from pd_fakes import AUX_LENS, SECRET, FakePool, PrefillHost, config, wait_for
+
+from lynx.manifest import open_manifest, wire_version
+from lynx.transfer.keys import transfer_key
+from lynx.transfer.transport import Transport
+from lynx_patches.pd import prefill_side
+from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata
+from lynx_patches.pd.prefill_side import PrefillSide
+
+SESSION = "127.0.0.1:5000"
+NONCE = bytes(range(16))
+ENDPOINT = "tcp://127.0.0.1:6000"
+
+
+class Clock:
+    now = 50.0
+
+    def __call__(self):
+        return self.now
+
+
+class Recorder(Transport):
+    def __init__(self):
+        self.sent = []
+
+    def send(self, endpoint, parts):
+        self.sent.append((endpoint, [bytes(p) for p in parts]))
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def side():
+    host = PrefillHost()
+    clock = Clock()
+    side = PrefillSide(config(mode="int8"), SECRET, host, clock=clock)
+    side.transport.close()
+    side.transport = side.sender._transport = Recorder()
+    side.attach(FakePool(seed=0).view)
+    side.host, side.clock = host, clock
+    yield side
+    side.close()
+
+
+def registration(issued_ns=10, version=None, aux=AUX_LENS):
+    return DecodeRegistration("127.0.0.1", 5000, SESSION, 0, 1, aux, version or wire_version(), issued_ns)
+
+
+def metadata(room=9, tokens=20, endpoint=ENDPOINT):
+    return RoomMetadata(room, "127.0.0.1", 5000, SESSION, 1, False, 0, tokens, NONCE, endpoint)
+
+
+def test_a_decode_speaking_another_wire_version_is_refused_and_its_requests_fail_naming_both(side):
+    with pytest.raises(ControlError, match="speaks manifest v1"):
+        side.on_registration(registration(version="manifest v1, codec format v1"), AUX_LENS)
+    side.on_metadata(metadata())
+    (room, reason), = side.host.failures
+    assert room == 9 and "manifest v1, codec format v1" in reason and wire_version() in reason
+
+
+def test_a_replayed_older_registration_does_not_replace_the_newer_one(side):
+    side.on_registration(registration(issued_ns=20), AUX_LENS)
+    with pytest.raises(ControlError, match="stale registration"):
+        side.on_registration(registration(issued_ns=10), AUX_LENS)
+    assert side.peers[SESSION].issued_ns == 20
+
+
+def test_metadata_naming_a_data_endpoint_off_the_decode_ranks_address_is_refused(side):
+    side.on_registration(registration(), AUX_LENS)
+    with pytest.raises(ControlError, match="not on the sending decode rank"):
+        side.on_metadata(metadata(endpoint="tcp://10.1.2.3:6000"))
+    assert side.host.ready == []
+
+
+def test_the_room_is_sent_to_its_endpoint_with_its_own_transfer_key(side):
+    side.on_registration(registration(), AUX_LENS)
+    side.on_metadata(metadata())
+    assert side.host.ready == [(9, 0)] and side.claim(9)
+    side.start()
+    side.add_chunk(9, np.arange(10, 30), True, 2, 20)
+    assert wait_for(lambda: side.host.succeeded) and side.sender.wait_idle(30)
+    assert side.host.succeeded == [9]
+    sent = side.transport.sent
+    assert {endpoint for endpoint, _ in sent} == {ENDPOINT}
+    manifest = open_manifest(sent[0][1], transfer_key(SECRET, NONCE))
+    assert manifest.num_tokens == 20 and manifest.mode == "int8"
+
+
+def test_a_token_count_other_than_the_decode_reservation_fails_the_room(side):
+    side.on_registration(registration(), AUX_LENS)
+    side.on_metadata(metadata(tokens=21))
+    side.claim(9)
+    side._run(prefill_side._Job(9, np.arange(10, 30), 20, 2))
+    (room, reason), = side.host.failures
+    assert "reserved 21 tokens" in reason and side.transport.sent == []
+
+
+def test_an_abort_while_encoding_holds_the_pages_and_nothing_is_sent(side, monkeypatch):
+    side.on_registration(registration(), AUX_LENS)
+    side.on_metadata(metadata())
+    side.claim(9)
+    reading, finish = threading.Event(), threading.Event()
+    encode = side.wire.encode
+
+    def slow_encode(*args):
+        reading.set()
+        finish.wait(10)
+        return encode(*args)
+
+    monkeypatch.setattr(type(side.wire), "encode", lambda self, *args: slow_encode(*args))
+    job = prefill_side._Job(9, np.arange(10, 30), 20, 2)
+    encoder = threading.Thread(target=side._send, args=(job,))
+    encoder.start()
+    assert reading.wait(10)
+    side.abort(9)
+    assert side.busy(9), "the pages must not be freed while the encoder reads them"
+    finish.set()
+    encoder.join(10)
+    assert not side.busy(9)
+    assert side.transport.sent == [] and side.host.succeeded == []
+
+
+def test_metadata_of_rooms_no_request_claimed_is_purged_after_a_while(side):
+    side.on_registration(registration(), AUX_LENS)
+    side.on_metadata(metadata(room=1))
+    side.on_metadata(metadata(room=2))
+    side.claim(2)
+    side.clock.now += prefill_side.STALE_METADATA_S + 1
+    side.purge()
+    assert 1 not in side._destinations and 2 in side._destinations
+
+
+def test_a_second_live_sender_for_a_room_is_refused(side):
+    assert side.claim(5) and not side.claim(5)
+    side.release(5)
+    assert side.claim(5)
