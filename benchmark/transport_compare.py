@@ -20,8 +20,12 @@ serving) to a receiver in its own process over 127.0.0.1. Variants:
 Each variant runs at every ``--chunks-kib`` size. Receive modes: ``raw``
 counts the bytes the transport delivers; ``frames`` also checks every frame's
 MAC (``decode_frame``) and copies it into a ``RequestAssembly``, as the decode
-side does. Throughput is measured at the receiver from arrival times: the
-bytes after the first chunk over (last arrival - first arrival). CPU seconds
+side does. Unpaced throughput is the bytes over the time from the end of
+``submit`` (frames signed, the first one leaving) to the receiver's last
+arrival (one monotonic clock for both processes). Paced accuracy is measured
+at the receiver from arrival times: the bytes after the first chunk over
+(last arrival - first arrival), so the chunk the full bucket lets go at once
+does not inflate it. CPU seconds
 per GB are process times (all threads, the engines' included): the sender's
 from the end of ``submit`` (signing is done by then) until the receiver
 reports, the receiver's from its first arrival to its last. Repeats run the
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import json
 import multiprocessing
 import os
@@ -206,13 +211,14 @@ class Peer:
         pacer = make_pacer(rate_gbps, chunk_bytes)
         with PrioritySender(self.transport, KEY, chunk_bytes, pacer=pacer, max_inflight_bytes=len(data)) as sender:
             sender.submit(self.endpoint, room, STREAM, data)
-            cpu = cpu_seconds()
+            cpu, start = cpu_seconds(), time.perf_counter()
             got_room, first, last, nbytes, first_bytes, receiver_cpu = self.results.get(timeout=600)
             sender_cpu = cpu_seconds() - cpu
         if got_room != room or nbytes != len(data) or last <= first:
             raise RuntimeError(f"{self.variant}: receiver reported room {got_room}, {nbytes} bytes, {last - first} s")
         gigabytes = len(data) / 1e9
-        return {"gbps": (nbytes - first_bytes) * 8 / (last - first) / 1e9,
+        gbps = (nbytes - first_bytes) * 8 / (last - first) / 1e9 if rate_gbps else nbytes * 8 / (last - start) / 1e9
+        return {"gbps": gbps,
                 "sender_cpu_s_per_gb": sender_cpu / gigabytes, "receiver_cpu_s_per_gb": receiver_cpu / gigabytes}
 
     def close(self) -> None:
@@ -244,6 +250,13 @@ def byte_costs(total_bytes: int, chunk_bytes: int) -> dict:
         "copy_first_touch_s_per_gb": cost(
             lambda index: np.copyto(fresh[index * chunk_bytes : (index + 1) * chunk_bytes], data)),
     }
+
+
+def mooncake_version() -> str | None:
+    try:
+        return importlib.metadata.version("mooncake-transfer-engine-non-cuda")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def median_row(samples: list[dict]) -> dict:
@@ -316,19 +329,20 @@ def main() -> int:
           f"{costs['memcpy_warm_s_per_gb']:.3f}; copy out to new bytes {costs['copy_out_bytes_s_per_gb']:.3f}; "
           f"copy into a fresh 1 GiB buffer {costs['copy_first_touch_s_per_gb']:.3f}")
     print(f"\nunpaced, 127.0.0.1, median of {args.repeats} (CPU: process seconds per GB, all threads)")
-    print(f"{'variant':>15} {'MiB':>5} {'chunk KiB':>9} {'mode':>6} {'Gbps':>7} {'vs zmq':>7} "
+    print(f"{'variant':>15} {'MiB':>5} {'chunk KiB':>9} {'mode':>6} {'Gbps':>7} {'vs zmq':>7} {'vs curve':>8} "
           f"{'send s/GB':>9} {'recv s/GB':>9}")
     rows = []
     for (variant, size, chunk, mode), samples in unpaced.items():
         row = {"variant": variant, "mib": size / (1 << 20), "chunk_kib": chunk // 1024, "mode": mode,
                **median_row(samples), "samples": samples}
-        baseline = unpaced.get(("zmq", size, chunk, mode))
-        row["ratio_to_zmq"] = row["gbps"] / median_row(baseline)["gbps"] if baseline else None
+        for name in ("zmq", "zmq-curve"):
+            baseline = unpaced.get((name, size, chunk, mode))
+            row[f"ratio_to_{name}"] = row["gbps"] / median_row(baseline)["gbps"] if baseline else None
         rows.append(row)
     for row in sorted(rows, key=lambda r: (r["mode"], r["mib"], r["chunk_kib"], r["variant"])):
-        ratio = f"{row['ratio_to_zmq']:.2f}" if row["ratio_to_zmq"] else "-"
+        ratio, curve = (f"{row[key]:.2f}" if row[key] else "-" for key in ("ratio_to_zmq", "ratio_to_zmq-curve"))
         print(f"{row['variant']:>15} {row['mib']:>5g} {row['chunk_kib']:>9} {row['mode']:>6} {row['gbps']:>7.2f} "
-              f"{ratio:>7} {row['sender_cpu_s_per_gb']:>9.2f} {row['receiver_cpu_s_per_gb']:>9.2f}")
+              f"{ratio:>7} {curve:>8} {row['sender_cpu_s_per_gb']:>9.2f} {row['receiver_cpu_s_per_gb']:>9.2f}")
     paced_rows = []
     if paced:
         print(f"\npaced ({args.paced_mib:g} MiB, {min(chunks) >> 10} KiB chunks, frames mode), median of "
@@ -343,7 +357,7 @@ def main() -> int:
         config = {"variants": variants, "sizes": sizes, "chunks": chunks, "modes": modes, "rates_gbps": rates,
                   "paced_mib": args.paced_mib, "repeats": args.repeats, "cpu_count": os.cpu_count(),
                   "loadavg_at_end": os.getloadavg(), "python": platform.python_version(),
-                  "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version()}
+                  "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version(), "mooncake": mooncake_version()}
         with open(args.json, "w") as handle:
             json.dump({"config": config, "byte_costs": costs, "unpaced": rows, "paced": paced_rows}, handle, indent=2)
     return 0
