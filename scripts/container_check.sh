@@ -274,10 +274,16 @@ req = urllib.request.Request(f"{router}/generate", data=json.dumps(body).encode(
                              headers={"Content-Type": "application/json"})
 with urllib.request.urlopen(req, timeout=600) as resp:
     lynx = json.loads(resp.read())["meta_info"].get("lynx")
-with urllib.request.urlopen(f"{decode}/metrics", timeout=30) as resp:
-    metrics = resp.read().decode()
-requests = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-               if line.startswith("lynx:requests_total"))
+# The decode scheduler counts a finished request on its next iteration: poll.
+deadline = time.monotonic() + 30
+while True:
+    with urllib.request.urlopen(f"{decode}/metrics", timeout=30) as resp:
+        metrics = resp.read().decode()
+    requests = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                   if line.startswith("lynx:requests_total"))
+    if requests >= 2 or time.monotonic() > deadline:
+        break
+    time.sleep(1)
 print(json.dumps({"answer": answer, "answer_s": round(answer_s, 2), "lynx": lynx,
                   "lynx_requests_total": requests}))
 PY
