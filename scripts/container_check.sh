@@ -301,8 +301,8 @@ check() {  # python expression over `r` (the client's JSON), message
         die "$2"
 }
 check '"paris" in r["answer"].lower()' "the answer does not name Paris"
-check 'r["lynx"] and r["lynx"]["mode"] == "lynx" and r["lynx"]["transferred_tokens"] > 0' \
-    "the decode server's meta_info has no Lynx transfer"
+check 'r["lynx"] and r["lynx"]["mode"] == "lynx" and 0 < r["lynx"]["anchor_ready_s"] <= r["lynx"]["residual_ready_s"]' \
+    "the decode server's meta_info shows no Lynx anchor and residual landing"
 check 'r["lynx_requests_total"] >= 2' "the decode server's lynx:requests_total did not count both requests"
 for name in "${containers[@]}"; do
     podman_ healthcheck run "$name" >/dev/null 2>&1 || die "$name failed its HEALTHCHECK"
