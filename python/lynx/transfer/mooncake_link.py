@@ -227,7 +227,7 @@ class Link:
             session = self._handshake(socket, poller)
             self._transition(LinkState.READY)
             self._pump(socket, poller, session)
-        except _LinkFailure as exc:
+        except (_LinkFailure, TransportError) as exc:
             failed = True
             self._transition(LinkState.FAILED, f"Mooncake send to {self.text} failed: {exc}")
         except Exception as exc:

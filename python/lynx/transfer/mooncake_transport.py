@@ -127,7 +127,11 @@ class MooncakeTransport(Transport):
         return (link is None or link.has_room()) and self.staging.available > 0
 
     def close(self) -> None:
-        """Stop every link (dropping queued messages), then the engine; idempotent."""
+        """Stop every link (dropping queued messages), then the engine; idempotent.
+
+        A link blocked handing a control message to an unreachable listener
+        finishes that first: close may take up to ``send_timeout_s``.
+        """
         with self._lock:
             if self._closed:
                 return

@@ -125,7 +125,7 @@ def test_priority_sender_streams_over_mooncake_reassemble_byte_exact(receiver):
 
 
 def test_frames_signed_with_another_frame_key_fail_authentication_at_the_receiver(receiver):
-    child, endpoint = receiver("frames", expect={5: {0: 50_000}}, idle_timeout_s=5.0)
+    child, endpoint = receiver("frames", expect={5: {0: 50_000}}, idle_timeout_s=2.0)
     with MooncakeTransport(KEY, send_timeout_s=20) as transport:
         with PrioritySender(transport, b"not-the-receivers-secret", chunk_bytes=16_384) as sender:
             sender.submit(endpoint, 5, 0, os.urandom(50_000))
@@ -255,7 +255,7 @@ def test_a_sender_with_another_secret_fails_with_a_clear_error():
     listener = MooncakeListener(KEY)
     drain = Drain(listener)
     try:
-        with MooncakeTransport(b"another-secret", send_timeout_s=5) as transport:
+        with MooncakeTransport(b"another-secret-of-16+ bytes", send_timeout_s=2) as transport:
             with pytest.raises(TransportError, match="shared secret"):
                 for _ in range(1000):
                     transport.send(listener.endpoint, [b"hello"])
