@@ -18,7 +18,6 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-import numpy as np
 import zmq
 
 from lynx.transfer.mooncake_control import (
@@ -39,6 +38,7 @@ from lynx.transfer.mooncake_control import (
 )
 from lynx.transfer.keys import CurveKeys
 from lynx.transfer.mooncake_engine import MooncakeEngine, WriteStatus
+from lynx.transfer.mooncake_staging import Staging
 from lynx.transfer.transport import TransportError
 
 logger = logging.getLogger(__name__)
@@ -81,47 +81,6 @@ class Job:
     handle: int | None = None
     written: bool = False
     started_at: float = 0.0
-
-
-class Staging:
-    """Registered send buffers: ``slots`` slots of ``slot_bytes``, handed out one per message."""
-
-    def __init__(self, engine: MooncakeEngine, slots: int, slot_bytes: int) -> None:
-        self.slot_bytes = slot_bytes
-        self.buffer = np.zeros(slots * slot_bytes, dtype=np.uint8)
-        self.address = engine.register(self.buffer)
-        self._free = list(range(slots))
-        self._cond = threading.Condition()
-
-    def acquire(self, deadline: float, where: str) -> int:
-        with self._cond:
-            while not self._free:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TransportError(f"send to {where} timed out waiting for a staging buffer: "
-                                         "earlier messages are not getting through (peer dead, stalled or slow)")
-                self._cond.wait(remaining)
-            return self._free.pop()
-
-    @property
-    def available(self) -> int:
-        """Slots free now."""
-        with self._cond:
-            return len(self._free)
-
-    def release(self, index: int | None) -> None:
-        if index is None:
-            return
-        with self._cond:
-            self._free.append(index)
-            self._cond.notify()
-
-    def fill(self, index: int, views: list[memoryview]) -> None:
-        slot = self.buffer[index * self.slot_bytes : (index + 1) * self.slot_bytes]
-        offset = 0
-        for view in views:
-            np.copyto(slot[offset : offset + len(view)], np.frombuffer(view, dtype=np.uint8))
-            offset += len(view)
 
 
 class Link:

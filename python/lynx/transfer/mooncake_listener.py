@@ -27,17 +27,17 @@ What is authenticated (the threat model):
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import threading
 import time
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 import zmq
 
+from lynx.transfer.keys import curve_keys
 from lynx.transfer.mooncake_control import (
     NO_SLOT,
     NONCE_BYTES,
@@ -55,7 +55,7 @@ from lynx.transfer.mooncake_control import (
     encode,
     is_inline,
 )
-from lynx.transfer.keys import curve_keys
+from lynx.transfer.mooncake_credits import Credits, PeerState
 from lynx.transfer.mooncake_engine import MooncakeEngine
 from lynx.transfer.transport import Listener, TransportError
 from lynx.transfer.zmq_transport import _ZapHandler
@@ -65,26 +65,6 @@ logger = logging.getLogger(__name__)
 MAX_PENDING_HANDSHAKES = 64
 MAX_CONTROL_PART = 1 << 16
 PROBE_INTERVAL_S = 1.0
-
-
-class PeerState(enum.Enum):
-    """An authenticated sender's standing: ACTIVE -> GONE | BANNED; both end ``quarantine_s`` later."""
-
-    ACTIVE = "active"  # connected: gets grants, may notify
-    GONE = "gone"  # its connection closed: notifications it sent before still count
-    BANNED = "banned"  # broke the protocol: nothing it sends counts
-
-
-@dataclass
-class _Peer:
-    """An authenticated sender: its session MACs, sequence numbers and the slots it may write."""
-
-    session: Session
-    granted: set[int] = field(default_factory=set)
-    next_notify: int = 0
-    next_grant: int = 0
-    state: PeerState = PeerState.ACTIVE
-    ends_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -162,9 +142,8 @@ class MooncakeListener(Listener):
             raise ValueError(f"quarantine_s must be >= 0, got {quarantine_s!r}")
         if not isinstance(key, (bytes, bytearray)):
             raise ValueError(f"key must be bytes, got {type(key).__name__}")
-        self._key, self._copy = bytes(key), copy
-        self.slots_per_peer, self.max_peers, self.quarantine_s = min(slots_per_peer, slots), max_peers, quarantine_s
-        self._slot_bytes = slot_bytes
+        self._key, self._copy, self._slot_bytes = bytes(key), copy, slot_bytes
+        self._credits = Credits(slots, slots_per_peer, max_peers, quarantine_s)
         self._engine = MooncakeEngine(host, protocol, device)
         self._context = zmq.Context()
         curve = curve_keys(self._key) if self._key else None
@@ -185,9 +164,7 @@ class MooncakeListener(Listener):
         ))
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
-        self._peers: dict[bytes, _Peer] = {}
         self._handshakes: OrderedDict[bytes, tuple[bytes, bytes]] = OrderedDict()
-        self._free: deque[int] = deque(range(slots))
         self._held: int | None = None
         self._messages = self._rejected = 0
         self._next_probe = time.monotonic() + PROBE_INTERVAL_S
@@ -201,8 +178,7 @@ class MooncakeListener(Listener):
 
     def stats(self) -> ListenerStats:
         with self._lock:
-            active = sum(peer.state is PeerState.ACTIVE for peer in self._peers.values())
-            return ListenerStats(active, len(self._free), self._messages, self._rejected)
+            return ListenerStats(len(self._credits.active()), self._credits.free, self._messages, self._rejected)
 
     def recv(self, timeout_s: float) -> list[bytes | memoryview] | None:
         """The next message's parts (see ``copy`` for who owns them), or None after ``timeout_s`` seconds."""
@@ -210,18 +186,19 @@ class MooncakeListener(Listener):
             if self._closed:
                 raise TransportError(f"listener {self._endpoint} is closed")
             if self._held is not None:
-                self._free_slot(self._held)
+                self._credits.release(self._held)
                 self._held = None
+                self._grant()
             deadline = time.monotonic() + max(0.0, timeout_s)
             while True:
                 now = time.monotonic()
-                self._expire(now)
+                self._credits.expire(now)
                 if now >= self._next_probe:
                     self._next_probe = now + PROBE_INTERVAL_S
-                    for peer_id in self._active():
+                    for peer_id in self._credits.active():
                         self._send(peer_id, Ping())
-                ends = [peer.ends_at for peer in self._peers.values() if peer.state is not PeerState.ACTIVE]
-                wait = min(deadline, self._next_probe, *ends) - now
+                self._grant()
+                wait = min(deadline, self._next_probe, self._credits.next_end() or deadline) - now
                 if self._poller.poll(max(0, round(wait * 1000))):
                     parts = self._handle(self._socket.recv_multipart(zmq.NOBLOCK))
                     if parts is not None:
@@ -272,12 +249,12 @@ class MooncakeListener(Listener):
         if isinstance(message, Notify):
             return self._notify(peer_id, message)
         if isinstance(message, Reset):
-            self._end(peer_id, PeerState.GONE)
+            self._credits.end(peer_id, PeerState.GONE, time.monotonic())
             return None
         return self._reject(peer_id, f"a sender may not send {type(message).__name__}")
 
     def _hello(self, peer_id: bytes, hello: Hello) -> None:
-        if peer_id in self._peers:
+        if self._credits.peer(peer_id) is not None:
             return self._reject(peer_id, "hello inside an established session")
         nonce = os.urandom(NONCE_BYTES)
         self._handshakes.pop(peer_id, None)
@@ -295,16 +272,12 @@ class MooncakeListener(Listener):
         if not session.auth_ok(auth.tag):
             self._reject(peer_id, "auth failed: the sender does not hold the shared secret")
             self._send(peer_id, Reset("authentication failed: the shared secrets differ"))
-            return None
-        if len(self._peers) >= self.max_peers:
-            self._send(peer_id, Reset(f"too many senders (max_peers={self.max_peers})"))
-            return None
-        self._peers[peer_id] = _Peer(session)
-        self._distribute()
+        elif not self._credits.admit(peer_id, session):
+            self._send(peer_id, Reset(f"too many senders (max_peers={self._credits.max_peers})"))
         return None
 
     def _notify(self, peer_id: bytes, notify: Notify) -> list | None:
-        peer = self._peers.get(peer_id)
+        peer = self._credits.peer(peer_id)
         if peer is None or peer.state is PeerState.BANNED:
             self._reject(peer_id, "notification outside a session")
             self._send(peer_id, Reset("no session: handshake first"))
@@ -314,7 +287,7 @@ class MooncakeListener(Listener):
         if notify.seq != peer.next_notify:
             return self._reject(peer_id, f"notification {notify.seq} out of order (expected {peer.next_notify})")
         arena_bytes = sum(length for length in notify.lengths if not is_inline(length))
-        if notify.slot != NO_SLOT and (notify.slot not in peer.granted or arena_bytes > self._slot_bytes):
+        if arena_bytes > self._slot_bytes or (notify.slot != NO_SLOT and not self._credits.take(peer_id, notify.slot)):
             return self._reject(peer_id, f"notification for slot {notify.slot} not granted or over {self._slot_bytes} bytes")
         peer.next_notify += 1
         inline, offset = iter(notify.inline), notify.slot * self._slot_bytes
@@ -326,12 +299,11 @@ class MooncakeListener(Listener):
                 view = self._arena[offset : offset + length]
                 parts.append(view.tobytes() if self._copy else memoryview(view).toreadonly())
                 offset += length
-        if notify.slot != NO_SLOT:
-            peer.granted.discard(notify.slot)
-            if self._copy:
-                self._free_slot(notify.slot)
-            else:
-                self._held = notify.slot
+        if notify.slot != NO_SLOT and self._copy:
+            self._credits.release(notify.slot)
+            self._grant()
+        elif notify.slot != NO_SLOT:
+            self._held = notify.slot
         return parts
 
     def _reject(self, peer_id: bytes, reason: str) -> None:
@@ -339,53 +311,17 @@ class MooncakeListener(Listener):
         self._rejected += 1
         logger.debug("Mooncake listener dropped a control message: %s", reason)
         self._handshakes.pop(peer_id, None)
-        peer = self._peers.get(peer_id)
+        peer = self._credits.peer(peer_id)
         if peer is not None and peer.state is not PeerState.BANNED:
             logger.warning("Mooncake listener ends a sender's session: %s", reason)
-            self._end(peer_id, PeerState.BANNED)
+            self._credits.end(peer_id, PeerState.BANNED, time.monotonic())
             self._send(peer_id, Reset(reason))
         return None
 
-    def _end(self, peer_id: bytes, state: PeerState) -> None:
-        """Stop granting to a sender; it and its slots are forgotten ``quarantine_s`` later (``_expire``)."""
-        peer = self._peers.get(peer_id)
-        if peer is not None and (peer.state is PeerState.ACTIVE or state is PeerState.BANNED):
-            if peer.state is PeerState.ACTIVE:
-                peer.ends_at = time.monotonic() + self.quarantine_s
-            peer.state = state
-
-    def _expire(self, now: float) -> None:
-        ended = [peer_id for peer_id, peer in self._peers.items()
-                 if peer.state is not PeerState.ACTIVE and peer.ends_at <= now]
-        for peer_id in ended:
-            self._free.extend(sorted(self._peers.pop(peer_id).granted))
-        if ended:
-            self._distribute()
-
-    def _active(self) -> list[bytes]:
-        return [peer_id for peer_id, peer in self._peers.items() if peer.state is PeerState.ACTIVE]
-
-    def _free_slot(self, slot: int) -> None:
-        self._free.append(slot)
-        self._distribute()
-
-    def _distribute(self) -> None:
-        """Grant free slots round-robin to senders below ``slots_per_peer``, fewest held first."""
-        grants: dict[bytes, list[int]] = {}
-        hungry = sorted(((peer_id, self._peers[peer_id]) for peer_id in self._active()
-                         if len(self._peers[peer_id].granted) < self.slots_per_peer),
-                        key=lambda item: len(item[1].granted))
-        while self._free and hungry:
-            for peer_id, peer in list(hungry):
-                if not self._free:
-                    break
-                slot = self._free.popleft()
-                peer.granted.add(slot)
-                grants.setdefault(peer_id, []).append(slot)
-                if len(peer.granted) >= self.slots_per_peer:
-                    hungry.remove((peer_id, peer))
-        for peer_id, slots in grants.items():
-            peer = self._peers[peer_id]
+    def _grant(self) -> None:
+        """Send every free slot the credit policy hands out, one signed grant per sender."""
+        for peer_id, slots in self._credits.distribute().items():
+            peer = self._credits.peer(peer_id)
             grant = peer.session.sign(Grant(peer.next_grant, tuple(slots)))
             peer.next_grant += 1
             self._send(peer_id, grant)
@@ -395,7 +331,7 @@ class MooncakeListener(Listener):
         try:
             self._socket.send_multipart([peer_id, *encode(message)], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
-            peer = self._peers.get(peer_id)
+            peer = self._credits.peer(peer_id)
             if peer is not None and peer.state is PeerState.ACTIVE:
                 logger.info("Mooncake listener: a sender is gone or not reading (%s)", exc)
-                self._end(peer_id, PeerState.GONE)
+                self._credits.end(peer_id, PeerState.GONE, time.monotonic())

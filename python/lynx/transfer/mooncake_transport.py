@@ -21,7 +21,8 @@ from lynx.transfer.buffers import byte_view
 from lynx.transfer.keys import curve_keys
 from lynx.transfer.mooncake_control import MAX_PARTS, MooncakeEndpoint, is_inline
 from lynx.transfer.mooncake_engine import MooncakeEngine
-from lynx.transfer.mooncake_link import Job, Link, LinkConfig, LinkState, Staging
+from lynx.transfer.mooncake_link import Job, Link, LinkConfig, LinkState
+from lynx.transfer.mooncake_staging import Staging
 from lynx.transfer.mooncake_listener import ListenerStats, MooncakeListener
 from lynx.transfer.transport import Transport, TransportError
 

@@ -1,0 +1,75 @@
+"""The Mooncake listener's credit policy, without sockets or a clock."""
+
+from lynx.transfer.mooncake_control import Session
+from lynx.transfer.mooncake_credits import Credits, PeerState
+
+SESSION = Session(b"k", b"s" * 16, b"l" * 16)
+
+
+def every_slot_in_one_place(credits, slots, held=()):
+    granted = [slot for peer_id in (b"a", b"b", b"c") if credits.peer(peer_id)
+               for slot in credits.peer(peer_id).granted]
+    return credits.free + len(granted) + len(held) == slots and len(set(granted) | set(held)) == len(granted) + len(held)
+
+
+def test_slots_are_shared_fewest_held_first_and_never_granted_twice():
+    credits = Credits(slots=5, per_peer=4, max_peers=8, quarantine_s=10)
+    assert credits.admit(b"a", SESSION)
+    assert credits.distribute() == {b"a": [0, 1, 2, 3]}
+    assert credits.admit(b"b", SESSION)
+    assert credits.distribute() == {b"b": [4]}
+    assert credits.distribute() == {}
+    assert credits.take(b"a", 0)
+    credits.release(0)
+    assert credits.distribute() == {b"b": [0]}, "the sender holding fewer slots is served first"
+    assert every_slot_in_one_place(credits, 5)
+
+
+def test_only_a_slot_granted_to_the_sender_can_be_taken_and_only_once():
+    credits = Credits(slots=2, per_peer=1, max_peers=8, quarantine_s=10)
+    credits.admit(b"a", SESSION)
+    credits.admit(b"b", SESSION)
+    grants = credits.distribute()
+    assert not credits.take(b"a", grants[b"b"][0]), "took another sender's slot"
+    assert not credits.take(b"c", grants[b"a"][0]), "an unknown sender took a slot"
+    assert credits.take(b"a", grants[b"a"][0])
+    assert not credits.take(b"a", grants[b"a"][0]), "took the same slot twice"
+    assert credits.distribute() == {}, "a slot the caller holds was granted again"
+    assert every_slot_in_one_place(credits, 2, held=[grants[b"a"][0]])
+
+
+def test_an_ended_sender_keeps_its_slots_until_its_quarantine_is_over():
+    credits = Credits(slots=2, per_peer=2, max_peers=8, quarantine_s=10)
+    credits.admit(b"a", SESSION)
+    credits.distribute()
+    credits.end(b"a", PeerState.GONE, now=100.0)
+    credits.admit(b"b", SESSION)
+    assert credits.distribute() == {}
+    assert credits.take(b"a", 0), "a notification sent before the sender left no longer counts"
+    credits.release(0)
+    assert credits.distribute() == {b"b": [0]}
+    credits.expire(now=109.9)
+    assert credits.peer(b"a") is not None and credits.distribute() == {}
+    assert credits.next_end() == 110.0
+    credits.expire(now=110.0)
+    assert credits.peer(b"a") is None
+    assert credits.distribute() == {b"b": [1]}
+
+
+def test_a_banned_sender_takes_nothing_and_its_quarantine_is_not_extended():
+    credits = Credits(slots=1, per_peer=1, max_peers=8, quarantine_s=10)
+    credits.admit(b"a", SESSION)
+    credits.distribute()
+    credits.end(b"a", PeerState.GONE, now=0.0)
+    credits.end(b"a", PeerState.BANNED, now=5.0)
+    assert not credits.take(b"a", 0)
+    assert credits.next_end() == 10.0
+    credits.end(b"a", PeerState.ACTIVE, now=6.0)
+    assert credits.peer(b"a").state is PeerState.BANNED
+
+
+def test_admission_is_bounded_and_unique():
+    credits = Credits(slots=1, per_peer=1, max_peers=2, quarantine_s=10)
+    assert credits.admit(b"a", SESSION) and credits.admit(b"b", SESSION)
+    assert not credits.admit(b"c", SESSION)
+    assert not credits.admit(b"a", SESSION)
