@@ -181,6 +181,11 @@ def deployment(request) -> Deployment:
     return DEPLOYMENTS[request.param]()
 
 
+@pytest.fixture(params=sorted(name for name in DEPLOYMENTS if name.startswith("k8s")), scope="module")
+def cluster(request) -> Deployment:
+    return DEPLOYMENTS[request.param]()
+
+
 def _strings(node):
     if isinstance(node, dict):
         for value in node.values():
@@ -254,15 +259,13 @@ def test_timeouts_are_consistent(deployment):
     assert int(router["--health-check-timeout-secs"]) > health, f"{deployment.name}: the router drops busy workers"
 
 
-def test_kubernetes_probes_hit_health_and_allow_for_start_up(deployment):
-    if not deployment.name.startswith("k8s"):
-        pytest.skip("compose relies on the image's HEALTHCHECK")
-    for server in deployment.servers():
+def test_kubernetes_probes_hit_health_and_allow_for_start_up(cluster):
+    for server in cluster.servers():
         assert set(server.probes) == {"startupProbe", "readinessProbe", "livenessProbe"}
         for probe in server.probes.values():
             assert probe["httpGet"]["path"] == "/health"
         startup = server.probes["startupProbe"]
-        assert startup["periodSeconds"] * startup["failureThreshold"] >= 300, f"{deployment.name}: start-up budget"
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 300, f"{cluster.name}: start-up budget"
 
 
 def test_transfer_secret_comes_from_a_mounted_secret(deployment):
@@ -317,10 +320,8 @@ def test_router_reaches_every_server(deployment):
     assert any("pods" in r["resources"] and {"list", "watch"} <= set(r["verbs"]) for r in rules)
 
 
-def test_cluster_pods_advertise_their_own_address(deployment):
-    if deployment.name == "compose":
-        pytest.skip("one node: loopback")
-    for server in deployment.servers():
+def test_cluster_pods_advertise_their_own_address(cluster):
+    for server in cluster.servers():
         assert server.env["SGLANG_HOST_IP"] == "$(POD_IP)" and server.flags()["--host"] == "$(POD_IP)"
         (container,) = [c for c in server.pod["spec"]["containers"] if c["name"] == "server"]
         pod_ip = next(e for e in container["env"] if e["name"] == "POD_IP")
@@ -340,9 +341,7 @@ def test_servers_export_metrics_for_prometheus(deployment):
             assert all(endpoint["port"] in ports for endpoint in monitor["spec"]["podMetricsEndpoints"])
 
 
-def test_pods_run_as_non_root(deployment):
-    if deployment.name == "compose":
-        pytest.skip("compose runs the image's numeric non-root USER")
-    for container in deployment.containers:
+def test_pods_run_as_non_root(cluster):
+    for container in cluster.containers:
         context = container.pod["spec"]["securityContext"]
         assert context["runAsNonRoot"] is True and context["runAsUser"] != 0
