@@ -75,15 +75,10 @@ def refine_codes(position: torch.Tensor, cell: Cell, bits: int) -> torch.Tensor:
 
 def refine(cell: Cell, codes: torch.Tensor, bits: int) -> Cell:
     """The cell a ``bits``-wide stage's ``codes`` (int tensor of the cell's shape) leave inside ``cell``."""
-    count = 1 << bits
-    step = _step(cell, count)
-    index = codes.float()
-    centred = (index - (count - 1) / 2) * step
-    sided = cell.side * (index * step)
-    level = cell.level + torch.where(cell.side == 0, centred, sided)
+    step = _step(cell, 1 << bits)
     first = codes == 0
     width = torch.where((cell.side != 0) & first, step * 0.5, step)
-    return Cell(level, width, torch.where(first, cell.side, 0.0))
+    return Cell(_level(cell, codes, bits, step), width, torch.where(first, cell.side, 0.0))
 
 
 def stage_codes(position: torch.Tensor, stage_bits: Sequence[int]) -> list[torch.Tensor]:
@@ -122,9 +117,20 @@ def stage_levels(codes: Sequence[torch.Tensor], stage_bits: Sequence[int]) -> to
     if not 1 <= len(codes) <= len(stage_bits):
         raise ValueError(f"need between 1 and {len(stage_bits)} stages, got {len(codes)}")
     cell = anchor_cell(codes[0], stage_bits[0])
-    for stage, bits in zip(codes[1:], stage_bits[1:]):
+    for stage, bits in zip(codes[1:-1], stage_bits[1:]):
         cell = refine(cell, stage, bits)
-    return cell.level
+    if len(codes) == 1:
+        return cell.level
+    last = stage_bits[len(codes) - 1]
+    return _level(cell, codes[-1], last, _step(cell, 1 << last))
+
+
+def _level(cell: Cell, codes: torch.Tensor, bits: int, step: torch.Tensor) -> torch.Tensor:
+    """Level of the sub-cell ``codes`` pick in ``cell``, whose sub-cells are ``step`` apart."""
+    index = codes.float()
+    centred = (index - ((1 << bits) - 1) / 2) * step
+    sided = cell.side * (index * step)
+    return cell.level + torch.where(cell.side == 0, centred, sided)
 
 
 def _step(cell: Cell, count: int) -> torch.Tensor:
