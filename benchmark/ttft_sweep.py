@@ -22,16 +22,15 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from lynx.kvwire import KVShape, WireFormat
 from lynx.models import prepare_smollm2
-from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.deploy import PDDeployment
+from lynx_testing.launch import CPU_MODEL_ARGS
+from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import stream_generate
 
-CPU_ARGS = ("--dtype", "float32", "--kv-cache-dtype", "bfloat16")
 SMOLLM2 = dict(num_layers=30, kv_heads=3, head_dim=64)
 
 
@@ -71,7 +70,7 @@ def main(argv=None) -> int:
         print(f"[{done}/{len(points)}] mode={mode} link={rate} Gbps: starting deployment", file=sys.stderr, flush=True)
         lynx_args = ["--lynx-mode", mode, "--lynx-link-gbps", str(rate), "--lynx-insecure"]
         log_dir = Path(args.log_dir) / f"{mode}-{rate}"
-        with PDDeployment(model, lynx_args, extra_args=CPU_ARGS, log_dir=log_dir, max_total_tokens=32768) as pd:
+        with PDDeployment(model, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=log_dir, max_total_tokens=32768) as pd:
             for tokens in _ints(args.prompt_tokens):
                 runs = [run_point(pd, tokenizer, tokens, r, args) for r in range(args.repeats)]
                 rows.append(summarize(mode, rate, tokens, runs))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lynx_patches.selfcheck import Hook, LynxHookError, verify
+from lynx_patches.selfcheck import Hook, LynxHookError, unresolved, verify
 
 
 def all_hooks() -> tuple[Hook, ...]:
@@ -24,7 +24,11 @@ def all_hooks() -> tuple[Hook, ...]:
 def verify_hooks() -> None:
     """Raise `LynxHookError` unless every Lynx hook is live and `lynx` is a transfer backend."""
     from lynx_patches.pd.registry import backend_installed
+    from lynx_patches.targets import USED
 
     verify(all_hooks())
+    missing = unresolved(USED)
+    if missing:
+        raise LynxHookError(f"this SGLang lacks what Lynx uses: {', '.join(missing)}; Lynx needs SGLang 0.5.23")
     if not backend_installed():
         raise LynxHookError("the 'lynx' transfer backend is not registered with SGLang")

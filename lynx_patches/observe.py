@@ -40,8 +40,11 @@ def internal_state(result, controller, *args, **kwargs):
             healthy=manager.broken is None,
             broken=manager.broken,
             transfer_rooms=manager.side.live_count(),
+            rooms_by_state=manager.side.rooms_by_state(),
             dropped_messages=manager.side.dropped,
         )
+        if manager.is_decode:
+            state["data_endpoint"] = manager.side.data_endpoint
     result.internal_state["lynx"] = state
     return None
 

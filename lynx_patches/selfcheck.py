@@ -43,6 +43,17 @@ def verify(hooks: Iterable[Hook]) -> None:
         )
 
 
+def unresolved(paths: Iterable[str]) -> list[str]:
+    """The SGLang attribute paths that do not resolve in this SGLang."""
+    absent = []
+    for path in paths:
+        try:
+            _live_function(path)
+        except (ImportError, AttributeError, ValueError):
+            absent.append(path)
+    return absent
+
+
 def is_applied(target: str, hook: Callable) -> bool:
     """True if `hook` is captured by one of the wrappers around `target`."""
     try:

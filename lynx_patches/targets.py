@@ -28,3 +28,46 @@ SCHEDULER_IS_FULLY_IDLE = "sglang.srt.managers.scheduler.Scheduler.is_fully_idle
 STREAM_ACCEPT = "sglang.srt.managers.scheduler_components.output_streamer._GenerationStreamAccumulator.accept"
 REQ_UPDATE_FINISH_STATE = "sglang.srt.managers.schedule_batch.Req.update_finish_state"
 SAMPLER_FORWARD = "sglang.srt.layers.sampler.Sampler.forward"
+
+# SGLang names Lynx calls, reads or overrides without hooking them. The start-up
+# self-check resolves each one, so an SGLang that renamed one refuses `--lynx`
+# at start-up instead of failing requests later.
+_COMMON = "sglang.srt.disaggregation.common.conn"
+USED = (
+    f"{_COMMON}.CommonKVManager._encode_kv_status_message",
+    f"{_COMMON}.CommonKVManager.parse_kv_status_message",
+    f"{_COMMON}.CommonKVManager.send_kv_status_message",
+    f"{_COMMON}.CommonKVManager.handle_abort_ack_message",
+    f"{_COMMON}.CommonKVManager._handle_node_failure",
+    f"{_COMMON}.CommonKVManager._handle_bootstrap_message",
+    f"{_COMMON}.CommonKVManager._start_heartbeat_checker_thread",
+    f"{_COMMON}.CommonKVManager._send_multipart_locked",
+    f"{_COMMON}.CommonKVManager.build_receiver_registration_message",
+    f"{_COMMON}.CommonKVManager.build_receiver_metadata_message",
+    f"{_COMMON}.CommonKVManager.record_failure",
+    f"{_COMMON}.CommonKVManager.update_status",
+    f"{_COMMON}.CommonKVManager.check_status",
+    f"{_COMMON}.CommonKVReceiver.ensure_abort_notified",
+    f"{_COMMON}.CommonKVReceiver.failure_exception",
+    f"{_COMMON}.CommonKVSender.failure_exception",
+    f"{_COMMON}.AbortNotification.to_zmq",
+    f"{_COMMON}.AbortNotification.from_zmq",
+    f"{_COMMON}.ABORT_TAG",
+    f"{_COMMON}.KVTransferError",
+    "sglang.srt.disaggregation.base.conn.KVPoll",
+    "sglang.srt.disaggregation.utils.TransferBackend",
+    "sglang.srt.server_args.add_disagg_transfer_backend_choices",
+    "sglang.srt.utils.network.NetworkAddress.to_tcp",
+    "sglang.srt.managers.schedule_batch.ScheduleBatch.init_new",
+    "sglang.srt.managers.schedule_batch.ScheduleBatch.filter_batch",
+    "sglang.srt.managers.schedule_batch.FINISH_ABORT",
+    "sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new",
+    "sglang.srt.model_executor.forward_batch_info.CaptureHiddenMode",
+    "sglang.srt.layers.logits_processor.LogitsMetadata.from_forward_batch",
+    "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.from_schedule_batch",
+    "sglang.srt.mem_cache.common.release_kv_cache",
+    "sglang.srt.mem_cache.common.checkpoint_kv_cache",
+    "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool",
+    "sglang.srt.managers.utils.is_health_check_generate_req",
+    "sglang.srt.runtime_context.get_server_args",
+)

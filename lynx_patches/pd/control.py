@@ -19,6 +19,7 @@ from lynx.transfer.keys import NONCE_BYTES
 
 REGISTER_TAG = b"None"  # SGLang's marker for a registration message
 STATUS_TAG = b"LYNX_STATUS"
+MOONCAKE_SCHEME = "mooncake://"
 _ENDPOINT = re.compile(r"^tcp://(\[[0-9a-fA-F:.]+\]|[0-9.]+):(\d{1,5})$")
 
 
@@ -41,13 +42,31 @@ def open_sealed(key: bytes, msg: list[bytes], what: str) -> list[bytes]:
 
 
 def check_data_endpoint(endpoint: str, host: str) -> None:
-    """Raise ControlError unless `endpoint` is ``tcp://IP:PORT`` on `host` (the sender's own IP)."""
-    match = _ENDPOINT.match(endpoint)
+    """Raise ControlError unless every address in `endpoint` is on `host` (the sender's own IP).
+
+    `endpoint` is ``tcp://IP:PORT`` (ZeroMQ) or a ``mooncake://`` endpoint,
+    whose engine session and control socket must both be on `host`.
+    """
+    if endpoint.startswith(MOONCAKE_SCHEME):
+        from lynx.transfer.mooncake_control import MooncakeEndpoint
+
+        try:
+            parsed = MooncakeEndpoint.parse(endpoint)
+        except ValueError as exc:
+            raise ControlError(f"data endpoint: {exc}") from None
+        _check_address(f"tcp://{parsed.session}", host, endpoint)
+        _check_address(parsed.control, host, endpoint)
+        return
+    _check_address(endpoint, host, endpoint)
+
+
+def _check_address(address: str, host: str, endpoint: str) -> None:
+    match = _ENDPOINT.match(address)
     if match is None:
-        raise ControlError(f"data endpoint {endpoint!r} is not tcp://IP:PORT")
-    address, port = match.group(1).strip("[]"), int(match.group(2))
+        raise ControlError(f"data endpoint {endpoint!r}: {address!r} is not tcp://IP:PORT")
+    ip, port = match.group(1).strip("[]"), int(match.group(2))
     try:
-        same = ipaddress.ip_address(address) == ipaddress.ip_address(host)
+        same = ipaddress.ip_address(ip) == ipaddress.ip_address(host)
     except ValueError:
         raise ControlError(f"data endpoint {endpoint!r} does not name an IP address") from None
     if not same or not 0 < port < 65536:

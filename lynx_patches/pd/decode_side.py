@@ -24,20 +24,25 @@ from typing import Protocol
 
 import numpy as np
 import torch
-
 from lynx.config import LynxConfig
 from lynx.manifest import ManifestAuthError, ManifestError, manifest_room, open_manifest
-from lynx.transfer.frames import AUX_STREAM, FrameAuthError, FrameError, decode_frame, peek_room
-from lynx.transfer.keys import curve_keys, new_nonce, transfer_key
+from lynx.transfer.frames import (
+    AUX_STREAM,
+    FrameAuthError,
+    FrameError,
+    decode_frame,
+    peek_room,
+)
+from lynx.transfer.keys import new_nonce, transfer_key
 from lynx.transfer.reassembly import RequestAssembly
 from lynx.transfer.rooms import Room, RoomState, RoomTable
+from lynx.transfer.select import make_listener
 from lynx.transfer.supervise import Supervisor
-from lynx.transfer.zmq_transport import ZmqListener
+
 from lynx_patches.pd.pool import PoolView
 
 logger = logging.getLogger(__name__)
 
-FRAME_OVERHEAD = 4096
 RECV_POLL_S = 0.5
 
 
@@ -64,11 +69,7 @@ class DecodeSide:
         self._pool_ready = threading.Event()
         self._claims: set[int] = set()
         self._claims_lock = threading.Lock()
-        self.listener = ZmqListener(
-            host=bind_host,
-            max_message_bytes=config.chunk_bytes + FRAME_OVERHEAD,
-            curve=curve_keys(secret) if secret and not config.plaintext_data else None,
-        )
+        self.listener = make_listener(config, secret, bind_host)
         self.supervisor = Supervisor(self._on_crash)
         self.dropped = 0
 
@@ -114,6 +115,9 @@ class DecodeSide:
 
     def live_count(self) -> int:
         return len(self.rooms.live())
+
+    def rooms_by_state(self) -> dict[str, int]:
+        return self.rooms.count_by_state()
 
     def check(self, room: int) -> str | None:
         """The room's failure (its deadline is checked first), or None."""
@@ -216,8 +220,12 @@ class DecodeSide:
         self.rooms.progress(room)
         if entry.state is RoomState.RECEIVING and assembly.ready((AUX_STREAM, 0)):
             self._land_anchor(entry, assembly)
-        if self.rooms.anchored(room) and assembly.ready(assembly.streams):
-            self.rooms.all_landed(room, complete=self.wire.num_streams == 1)
+        elif entry.state is RoomState.ANCHORED:
+            self._check_landed(entry, assembly)
+
+    def _check_landed(self, entry: Room, assembly: RequestAssembly) -> None:
+        if self.rooms.anchored(entry.room) and assembly.ready(assembly.streams):
+            self.rooms.all_landed(entry.room, complete=self.wire.num_streams == 1)
             self.landed.set()
 
     def _land_anchor(self, entry: Room, assembly: RequestAssembly) -> None:
@@ -231,6 +239,7 @@ class DecodeSide:
                 pool.write_aux(entry.aux_index, assembly.buffer(AUX_STREAM))
                 pool.synchronize()
         if allowed and self.rooms.anchored(entry.room):
+            self._check_landed(entry, assembly)
             self._host.succeed(entry.room)
 
 

@@ -15,13 +15,17 @@ import time
 from typing import Optional
 
 import zmq
-from sglang.srt.disaggregation.base.conn import KVArgs, KVPoll
-from sglang.srt.disaggregation.common.conn import ABORT_TAG, AbortNotification, CommonKVManager
-from sglang.srt.disaggregation.utils import DisaggregationMode
-
 from lynx.config import LynxConfig
 from lynx.manifest import wire_version
 from lynx.transfer.supervise import Supervisor
+from sglang.srt.disaggregation.base.conn import KVArgs, KVPoll
+from sglang.srt.disaggregation.common.conn import (
+    ABORT_TAG,
+    AbortNotification,
+    CommonKVManager,
+)
+from sglang.srt.disaggregation.utils import DisaggregationMode
+
 from lynx_patches.pd.control import (
     REGISTER_TAG,
     STATUS_TAG,
@@ -66,7 +70,7 @@ class LynxKVManager(CommonKVManager):
         else:
             from lynx_patches.pd.prefill_side import PrefillSide
 
-            self.side = PrefillSide(config, self.key, _PrefillHost(self))
+            self.side = PrefillSide(config, self.key, _PrefillHost(self), self.local_ip)
         self.control = Supervisor(lambda name, error: None)
         self.control.start("LynxControl", self._control_loop)
         self.side.start()

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
 from lynx.kvwire import KVShape
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)

@@ -22,16 +22,21 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-
 from lynx.config import LynxConfig
 from lynx.manifest import Manifest, dtype_name, wire_version
 from lynx.transfer.frames import AUX_STREAM
-from lynx.transfer.keys import curve_keys, transfer_key
+from lynx.transfer.keys import transfer_key
 from lynx.transfer.pacer import make_pacer
+from lynx.transfer.select import make_transport
 from lynx.transfer.sender import PrioritySender
 from lynx.transfer.supervise import Supervisor
-from lynx.transfer.zmq_transport import ZmqTransport
-from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata, check_data_endpoint
+
+from lynx_patches.pd.control import (
+    ControlError,
+    DecodeRegistration,
+    RoomMetadata,
+    check_data_endpoint,
+)
 from lynx_patches.pd.pool import PoolView, page_slots
 
 logger = logging.getLogger(__name__)
@@ -63,9 +68,11 @@ class _Job:
 
 
 class PrefillSide:
-    """One per prefill rank. Args: the config, the shared secret, the engine adapter."""
+    """One per prefill rank. Args: the config, the shared secret, the engine adapter, this rank's address."""
 
-    def __init__(self, config: LynxConfig, secret: bytes, host: PrefillHost, clock=time.monotonic) -> None:
+    def __init__(
+        self, config: LynxConfig, secret: bytes, host: PrefillHost, address: str, clock=time.monotonic
+    ) -> None:
         self.config, self.wire, self._secret, self._host, self._clock = config, config.wire, secret, host, clock
         self.peers: dict[str, DecodeRegistration] = {}
         self.refused: dict[str, str] = {}
@@ -79,8 +86,7 @@ class PrefillSide:
         self._jobs: queue.Queue[_Job] = queue.Queue()
         self._pool: PoolView | None = None
         self._pool_ready = threading.Event()
-        curve = curve_keys(secret) if secret and not config.plaintext_data else None
-        self.transport = ZmqTransport(curve=curve)
+        self.transport = make_transport(config, secret, address)
         self.sender = PrioritySender(
             self.transport,
             secret,
@@ -98,6 +104,10 @@ class PrefillSide:
     def live_count(self) -> int:
         with self._lock:
             return len(self._claims)
+
+    def rooms_by_state(self) -> dict[str, int]:
+        with self._lock:
+            return {"encoding": len(self._encoding), "claimed": len(self._claims)}
 
     def attach(self, pool: PoolView) -> None:
         self._pool = pool

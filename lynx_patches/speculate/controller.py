@@ -22,16 +22,17 @@ import time
 from http import HTTPStatus
 
 import torch
-
 from lynx.kvwire import WireFormat
 from lynx.sampling import draw
 from lynx.speculation import verify as verify_tokens
 from lynx.transfer.rooms import RoomState
+
 from lynx_patches.pd.decode_side import as_tensor
 from lynx_patches.speculate.state import (
     ATTR,
     SpecState,
     can_speculate,
+    coupled_rows,
     request_seed,
     sampling_rule,
     state_of,
@@ -61,8 +62,11 @@ class SpecController:
 
     # --- adoption (transfer committed, scheduler thread) -------------------------------------
 
-    def adopt(self, req, residual_pending: bool) -> SpecState:
-        """Take over a request whose anchor has landed (a residual it lost fails it next tick)."""
+    def adopt(self, req, residual_pending: bool, timings: dict) -> SpecState:
+        """Take over a request whose anchor has landed (a residual it lost fails it next tick).
+
+        `timings` are the transfer's milestones so far; the room may be gone already.
+        """
         params = req.sampling_params
         cap = self.config.max_speculative_tokens if can_speculate(params, req) else 0
         state = SpecState(
@@ -71,6 +75,7 @@ class SpecController:
             cap=cap,
             rule=sampling_rule(params),
             seed=request_seed(params),
+            timings=dict(timings),
         )
         state.anchor = residual_pending
         if state.anchor:
@@ -85,19 +90,22 @@ class SpecController:
     def busy(self) -> bool:
         return bool(self.parked)
 
-    def coupled_rows(self, batch) -> list[tuple]:
-        """``(row, rule, seed, position)`` of the batch's requests Lynx samples itself."""
-        rows = []
-        for row, req in enumerate(batch.reqs):
+    @staticmethod
+    def coupled_rows(batch) -> list[tuple]:
+        """The batch's rows Lynx samples itself: its sampled requests, with their seeds."""
+
+        def choose(req):
             state = state_of(req)
-            if state is not None and state.rule is not None:
-                rows.append((row, state.rule, state.seed, len(req.output_ids)))
-        return rows
+            return (state.rule, state.seed) if state is not None and state.rule is not None else None
+
+        return coupled_rows(batch.reqs, choose)
 
     def metrics(self, req) -> dict:
         state = state_of(req)
-        timings = self.side.rooms.timings(req.bootstrap_room)
-        return {"mode": self.config.mode, **timings, **(state.metrics() if state else {})}
+        if state is None:
+            return {"mode": self.config.mode}
+        state.timings.update(self.side.rooms.timings(state.room))
+        return {"mode": self.config.mode, **state.timings, **state.metrics()}
 
     # --- per iteration -------------------------------------------------------------------------
 

@@ -6,7 +6,12 @@ from lynx_patches import targets
 from lynx_patches.metrics import attach
 from lynx_patches.pd.registry import manager_of
 from lynx_patches.selfcheck import Hook
-from lynx_patches.speculate.state import in_anchor_phase, sampling_rule, state_of
+from lynx_patches.speculate.state import (
+    coupled_rows,
+    in_anchor_phase,
+    sampling_rule,
+    state_of,
+)
 from lynx_patches.startup import lynx_config_of
 
 CONTROLLER_ATTR = "_lynx_controller"
@@ -46,7 +51,7 @@ def commit_transfer(original, queue, decode_req):
             side.forget(room)
         attach(req, {"mode": side.config.mode, **timings})
     else:
-        controller.adopt(req, residual_pending)
+        controller.adopt(req, residual_pending, timings)
         attach(req, controller.metrics(req))
     return result
 
@@ -70,12 +75,12 @@ def next_prefill_batch(original, scheduler, *args, **kwargs):
     plan = original(scheduler, *args, **kwargs)
     batch = plan.batch_to_run
     if batch is not None and batch.sampling_info is not None and lynx_config_of(scheduler.server_args):
-        rows = []
-        for row, req in enumerate(batch.reqs):
-            rule = sampling_rule(req.sampling_params)
-            if rule is not None and req.sampling_params.sampling_seed is not None:
-                rows.append((row, rule, int(req.sampling_params.sampling_seed), len(req.output_ids)))
-        batch.sampling_info.lynx_coupled_rows = rows
+
+        def choose(req):
+            rule, seed = sampling_rule(req.sampling_params), req.sampling_params.sampling_seed
+            return (rule, int(seed)) if rule is not None and seed is not None else None
+
+        batch.sampling_info.lynx_coupled_rows = coupled_rows(batch.reqs, choose)
     return plan
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import time
 from dataclasses import dataclass, field
 
 from lynx.sampling import SamplingRule
@@ -26,6 +25,7 @@ class SpecState:
         seed: seeds the Gumbel noise of every sampled token (`lynx.sampling`).
         barred_from_tree: the request's own `skip_radix_cache_insert`, which
             the anchor phase overrides (anchor KV must never enter the tree).
+        timings: the transfer's milestones (seconds from the request's arrival).
     """
 
     room: int
@@ -36,11 +36,11 @@ class SpecState:
     barred_from_tree: bool = False
     anchor: bool = True
     parked: bool = False
-    adopted_at: float = field(default_factory=time.monotonic)
     speculative_tokens: int = 0
     accepted_tokens: int = 0
     rollbacks: int = 0
     verify_s: float = 0.0
+    timings: dict = field(default_factory=dict)
 
     def speculated(self, output_len: int) -> int:
         """Held-back tokens of an output of `output_len` tokens."""
@@ -73,6 +73,20 @@ def sampling_rule(sampling_params) -> SamplingRule | None:
         min_p=sampling_params.min_p,
     )
     return None if rule.greedy else rule
+
+
+def coupled_rows(reqs, choose) -> list[tuple]:
+    """``(row, rule, seed, position)`` of each request for which `choose(req)` gives ``(rule, seed)``.
+
+    These are the rows Lynx's seeded sampler draws (`lynx.sampling.draw`); the
+    position is the index of the token being drawn in the request's output.
+    """
+    rows = []
+    for row, req in enumerate(reqs):
+        chosen = choose(req)
+        if chosen is not None:
+            rows.append((row, *chosen, len(req.output_ids)))
+    return rows
 
 
 def request_seed(sampling_params) -> int:

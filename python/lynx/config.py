@@ -12,6 +12,8 @@ from lynx.kvwire import WireFormat
 from lynx.transfer.keys import check_secret
 
 MODES = ("bf16", "int8", "int4", "lynx")
+TRANSPORTS = ("zmq", "mooncake")
+MOONCAKE_PROTOCOLS = ("tcp", "rdma")
 SECRET_ENV = "LYNX_SECRET"
 MIN_CHUNK_BYTES = 4 << 10
 MAX_CHUNK_BYTES = 64 << 20
@@ -37,6 +39,10 @@ class LynxConfig:
         plaintext_data: send KV without CurveZMQ encryption; frames stay
             MAC-authenticated (for trusted networks where encryption costs
             more than the link).
+        transport: what moves the frames: ``zmq`` (ZeroMQ over TCP) or
+            ``mooncake`` (Mooncake's TransferEngine).
+        mooncake_protocol, mooncake_device: the Mooncake engine's protocol
+            (``tcp``, or ``rdma`` on clusters) and RDMA devices.
         loopback: on a non-disaggregated server, round-trip each prompt's KV
             through the mode's wire format after prefill (accuracy of a mode
             without a decode server).
@@ -52,6 +58,9 @@ class LynxConfig:
     secret_file: str | None = None
     insecure: bool = False
     plaintext_data: bool = False
+    transport: str = "zmq"
+    mooncake_protocol: str = "tcp"
+    mooncake_device: str = ""
     loopback: bool = False
     max_speculative_tokens: int = 16
 
@@ -73,6 +82,12 @@ class LynxConfig:
             raise ValueError(
                 f"--lynx-max-speculative-tokens must be in [0, {MAX_SPECULATIVE_TOKENS}]; "
                 f"got {self.max_speculative_tokens}"
+            )
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"--lynx-transport must be one of {', '.join(TRANSPORTS)}; got {self.transport!r}")
+        if self.mooncake_protocol not in MOONCAKE_PROTOCOLS:
+            raise ValueError(
+                f"--lynx-mooncake-protocol must be one of {', '.join(MOONCAKE_PROTOCOLS)}; got {self.mooncake_protocol!r}"
             )
         if not (math.isfinite(self.transfer_timeout) and self.transfer_timeout > 0):
             raise ValueError(f"--lynx-transfer-timeout must be > 0 seconds; got {self.transfer_timeout}")
@@ -201,6 +216,24 @@ def options() -> tuple[OptionDoc, ...]:
             "Send KV without CurveZMQ encryption (frames stay MAC-authenticated); for trusted "
             "networks where encryption costs more than the link.",
             type=bool,
+        ),
+        OptionDoc(
+            "transport",
+            "NAME",
+            "What moves the KV: zmq (ZeroMQ over TCP, encrypted with a secret) or mooncake "
+            "(Mooncake's TransferEngine: TCP here, RDMA on clusters; never encrypted).",
+            choices=TRANSPORTS,
+        ),
+        OptionDoc(
+            "mooncake_protocol",
+            "PROTOCOL",
+            "--lynx-transport mooncake: the engine's protocol, tcp or rdma.",
+            choices=MOONCAKE_PROTOCOLS,
+        ),
+        OptionDoc(
+            "mooncake_device",
+            "NAMES",
+            "--lynx-transport mooncake with rdma: the RDMA devices (e.g. mlx5_0,mlx5_1).",
         ),
         OptionDoc(
             "loopback",

@@ -36,11 +36,6 @@ class Verdict:
     def rolled_back(self) -> bool:
         return self.accepted < self.speculative
 
-    @property
-    def kv_tokens(self) -> int:
-        """Output tokens whose KV stays valid: all but the last output token."""
-        return len(self.output_ids) - 1
-
 
 def accepted_prefix(draft: Sequence[int], predicted: Sequence[int]) -> int:
     """Length of the longest prefix on which `draft` equals `predicted`."""

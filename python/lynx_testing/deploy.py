@@ -33,6 +33,14 @@ from lynx_testing.launch import (
 
 SERVED_MODEL = "smollm2"
 
+# SGLang answers /health between forward passes and fails it after
+# SGLANG_HEALTH_CHECK_TIMEOUT seconds without output (20 by default); one
+# forward over a 4k-token prefill chunk can take minutes on a CPU, and the
+# router would drop the worker. The decode server's SGLang-side wait for the
+# prefill's announcement (SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s) must
+# cover a queue of such prefills; after it Lynx's own no-progress timeout runs.
+PD_SERVER_ENV = {"SGLANG_HEALTH_CHECK_TIMEOUT": "600", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "1800"}
+
 
 class PDDeployment:
     """Prefill server, decode server and router, started and stopped together.
@@ -70,6 +78,7 @@ class PDDeployment:
             str(self.bootstrap_port),
             *extra_args,
         ]
+        env = {**PD_SERVER_ENV, **(env or {})}
         self.prefill = SGLangServer(
             model_path,
             [*common, "--disaggregation-mode", "prefill"],

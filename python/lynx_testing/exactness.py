@@ -3,7 +3,7 @@
 A batched pass and step-by-step decoding add the same numbers in a different
 order, so two correct greedy decoders can part where the reference's top two
 choices are (nearly) tied. `compare_greedy` accepts a parting only there, and
-only when the candidate took the reference's second choice (DESIGN.md section 8).
+only when the candidate took the reference's second choice.
 """
 
 from __future__ import annotations

@@ -8,14 +8,9 @@ reference can be judged a near-tie or a bug (`lynx_testing.exactness`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lynx_testing.exactness import TopTwo
-
-if TYPE_CHECKING:
-    import torch
 
 
 class HFReference:
@@ -46,41 +41,6 @@ class HFReference:
             )
         tokens = out.sequences[0, len(prompt_ids) :].tolist()
         top2 = [_greedy_step(torch, scores[0])[1] for scores in out.scores[: len(tokens)]]
-        return tokens, top2
-
-
-    def greedy_on_transformed_kv(
-        self,
-        prompt_ids: list[int],
-        max_new_tokens: int,
-        transform: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-    ) -> tuple[list[int], list[TopTwo]]:
-        """Greedy decoding where the prompt's KV is replaced by `transform(k, v)` after prefill.
-
-        This is what a disaggregated decoder computes when the prompt's KV
-        crossed the link through a lossy codec: the first token comes from the
-        exact prefill, every later token attends to the transformed prompt KV
-        (and to the exact KV of generated tokens). `transform` maps one
-        layer's ``[tokens, kv_heads, head_dim]`` K and V to new ones.
-        """
-        torch = self._torch
-        tokens, top2 = [], []
-        with torch.no_grad():
-            out = self.model(torch.tensor([prompt_ids]), use_cache=True)
-            cache = out.past_key_values
-            for layer in cache.layers:
-                k, v = transform(layer.keys[0].transpose(0, 1), layer.values[0].transpose(0, 1))
-                layer.keys = k.transpose(0, 1).unsqueeze(0).contiguous()
-                layer.values = v.transpose(0, 1).unsqueeze(0).contiguous()
-            logits = out.logits[0, -1]
-            for _ in range(max_new_tokens):
-                token, pair = _greedy_step(torch, logits)
-                tokens.append(token)
-                top2.append(pair)
-                if token in self.eos_token_ids:
-                    break
-                out = self.model(torch.tensor([[token]]), past_key_values=cache, use_cache=True)
-                logits = out.logits[0, -1]
         return tokens, top2
 
 

@@ -21,8 +21,12 @@ from pathlib import Path
 
 HOST = "127.0.0.1"
 
-# What a small server needs on a CPU-only machine (DESIGN.md section 6).
+# What a small server needs on a CPU-only machine: one OpenMP thread per server
+# (two cores are shared by several processes), every plane on loopback, no hub.
 CPU_SERVER_ENV = {"OMP_NUM_THREADS": "1", "SGLANG_HOST_IP": HOST, "HF_HUB_OFFLINE": "1"}
+# Model arguments for CPUs without bf16 matrix units: compute in fp32 (about six
+# times faster than bf16 here) while the KV cache, which crosses the link, stays bf16.
+CPU_MODEL_ARGS = ("--dtype", "float32", "--kv-cache-dtype", "bfloat16")
 
 
 def free_port() -> int:
@@ -114,6 +118,15 @@ class SGLangServer:
 
     def log_tail(self, lines: int = 40) -> str:
         return log_tail(self.log_path, lines)
+
+    def scheduler_pids(self) -> list[int]:
+        """Process ids of the server's scheduler processes (they hold the KV and the Lynx threads)."""
+        import psutil
+
+        if self.process is None:
+            return []
+        children = psutil.Process(self.process.pid).children(recursive=True)
+        return [child.pid for child in children if "scheduler" in " ".join(child.cmdline() or [child.name()])]
 
     def stop(self, grace: float = 15.0) -> None:
         """End the server's process group: SIGTERM, then SIGKILL after `grace` seconds."""

@@ -1,8 +1,14 @@
 import pytest
 import torch
-
 from lynx.kvwire import KVShape, WireFormat
-from lynx.manifest import Manifest, ManifestError, dtype_name, manifest_room, open_manifest, wire_version
+from lynx.manifest import (
+    Manifest,
+    ManifestError,
+    dtype_name,
+    manifest_room,
+    open_manifest,
+    wire_version,
+)
 
 SHAPE = KVShape(2, 100, 3, 64, torch.bfloat16)
 

@@ -1,32 +1,40 @@
-"""Failures of a real prefill/decode pair: each fails its request with a clear error,
-the servers keep serving, and the decode server's KV slots all come back.
+"""Faults on a real prefill/decode pair: every request ends with a correct answer or a clear
+error, never a wrong one; both servers keep serving; the decode server's KV slots come back.
 
-The link is paced slowly (`SLOW_LINK_GBPS`) so that a ~1k-token request's
-int8 KV (about 13 MB) is still on the wire when the failure strikes. Requests
-go straight to both servers (`generate_direct`) so the test knows their
-bootstrap room and can forge frames for it.
+The shared pair (`slow_pd`) runs `int8` mode on an emulated 0.02 Gbit/s link
+(a 2k-token prompt's KV takes ~10 s, longer than the `TIMEOUT_S` no-progress
+timeout, so only a real stall trips it) with a small KV pool. Requests go
+straight to both servers (`generate_direct`) so a test knows their bootstrap
+room. What cannot be timed on a real pair (a release during the anchor write,
+an abort during encoding, replayed or forged messages) is covered by the unit
+tests of both sides (`test/lynx_patches/pd`).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
-import re
+import os
 import secrets
+import signal
 import threading
 import time
+import urllib.request
 
 import pytest
-
-from lynx_testing.prompts import chat_prompt, long_question
-from lynx.transfer.frames import FrameHeader, encode_frame
+from lynx.transfer.keys import curve_keys
+from lynx.transfer.transport import TransportError
 from lynx.transfer.zmq_transport import ZmqTransport
 from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import SGLangServer, post_json
+from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
+from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import sse_events
 
-SLOW_LINK_GBPS = 0.002  # 250 kB/s: a 1k-token request's KV needs ~50 s
-TIMEOUT_S = 25
-CPU_ARGS = ("--dtype", "float32", "--kv-cache-dtype", "bfloat16")
+pytestmark = pytest.mark.server
+
+SLOW_LINK_GBPS = 0.02  # 2.5 MB/s: a 2k-token prompt's int8 KV (~25 MB) takes ~10 s
+TIMEOUT_S = 8
+POOL_TOKENS = 4096
 SMALL = {"text": "Say hello.", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
 
 
@@ -38,19 +46,22 @@ def _lynx_state(server) -> dict:
     return server.get_json("/server_info")["internal_states"][0]["lynx"]
 
 
-def _wait_free(server, want: int, wait_s: float = 30.0) -> int:
+def _wait_state(server, ready, wait_s: float = 60.0) -> dict:
     deadline = time.monotonic() + wait_s
-    free = _lynx_state(server)["kv_free_slots"]
-    while free != want and time.monotonic() < deadline:
-        time.sleep(0.5)
-        free = _lynx_state(server)["kv_free_slots"]
-    return free
+    state = _lynx_state(server)
+    while not ready(state) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        state = _lynx_state(server)
+    return state
 
 
-def _data_endpoint(decode: SGLangServer) -> str:
-    match = re.search(r"Lynx decode: receiving KV on (tcp://\S+)", decode.log_path.read_text())
-    assert match, "decode server did not log its data endpoint"
-    return match.group(1)
+def _wait_free(server, want: int, wait_s: float = 60.0) -> int:
+    return _wait_state(server, lambda s: s["kv_free_slots"] == want, wait_s)["kv_free_slots"]
+
+
+def _serves_small_request(pd: PDDeployment) -> None:
+    _, decode = pd.generate_direct(SMALL, _room())
+    assert isinstance(decode, dict) and decode["text"].strip(), decode
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +72,15 @@ def secret_file(server_logs):
 
 
 @pytest.fixture(scope="module")
-def long_body(model_path) -> dict:
+def tokenizer(model_path):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    text = chat_prompt(tokenizer, long_question(tokenizer, 1024))
-    return {"text": text, "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
+    return AutoTokenizer.from_pretrained(str(model_path))
+
+
+def _body(tokenizer, tokens: int, index: int = 0, max_new_tokens: int = 8) -> dict:
+    text = chat_prompt(tokenizer, long_question(tokenizer, tokens, index=index))
+    return {"text": text, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
 
 
 @pytest.fixture(scope="module")
@@ -77,73 +91,136 @@ def slow_pd(model_path, server_logs, secret_file):
         "--lynx-transfer-timeout", str(TIMEOUT_S),
         "--lynx-secret-file", str(secret_file),
     ]  # fmt: skip
-    with PDDeployment(model_path, lynx_args, extra_args=CPU_ARGS, log_dir=server_logs / "pd-slow") as pd:
+    with PDDeployment(
+        model_path, lynx_args, extra_args=CPU_MODEL_ARGS, max_total_tokens=POOL_TOKENS, log_dir=server_logs / "pd-slow"
+    ) as pd:
+        pd.free_slots = _lynx_state(pd.decode)["kv_free_slots"]
         yield pd
 
 
-def _serves_small_request(pd: PDDeployment) -> None:
-    prefill, decode = pd.generate_direct(SMALL, _room())
-    assert isinstance(decode, dict) and decode["text"].strip(), decode
+@pytest.fixture(scope="module")
+def reference(slow_pd, tokenizer) -> dict:
+    """A 2k-token request answered with no fault: the answer every faulty run must match or refuse."""
+    body = _body(tokenizer, 2048)
+    _, decode = slow_pd.generate_direct(body, _room())
+    assert isinstance(decode, dict), decode
+    return {"body": body, "answer": decode}
 
 
-def test_request_whose_kv_is_late_fails_with_timeout_error(slow_pd, long_body):
-    free = _lynx_state(slow_pd.decode)["kv_free_slots"]
-    _, decode = slow_pd.generate_direct(long_body, _room())
-    assert isinstance(decode, str), "a request whose KV needs ~50 s must not succeed within 25 s"
-    assert f"did not arrive within {TIMEOUT_S}s" in decode
-    assert "Traceback" not in decode
-    assert _wait_free(slow_pd.decode, free) == free
-    _serves_small_request(slow_pd)
+def test_a_transfer_longer_than_the_timeout_succeeds_while_it_keeps_moving(reference):
+    lynx = reference["answer"]["meta_info"]["lynx"]
+    assert lynx["anchor_ready_s"] - lynx["manifest_s"] > TIMEOUT_S, lynx
+    assert reference["answer"]["output_ids"]
 
 
-def _forged_frames(room: int, key: bytes, wrong_key: bytes) -> dict[str, list]:
-    payload = bytes(1024)
-    header = FrameHeader(room=room, stream=0, chunk_index=0, num_chunks=1, offset=0, length=len(payload), layer_start=0, layer_end=1)
-    corrupt = encode_frame(header, payload, key)
-    corrupt[1] = bytes([1]) + bytes(corrupt[1])[1:]
-    big = bytes((1 << 20) + 64)
-    oversized = FrameHeader(room=room, stream=0, chunk_index=0, num_chunks=1, offset=0, length=len(big), layer_start=0, layer_end=1)
-    return {
-        "unauthenticated": encode_frame(header, payload, wrong_key),
-        "corrupt": corrupt,
-        "oversized": encode_frame(oversized, big, key),
-    }
+def test_a_stalled_link_fails_the_request_after_the_timeout_and_both_keep_serving(slow_pd, reference):
+    """The prefill's scheduler (which sends the KV) freezes mid-transfer; its HTTP and
+    bootstrap servers stay up, so only the no-progress timeout can notice."""
+    (scheduler,) = slow_pd.prefill.scheduler_pids()
+    resumed = threading.Event()
 
+    def stall_during_transfer():
+        _wait_state(slow_pd.decode, lambda s: s["rooms_by_state"].get("receiving"))
+        os.kill(scheduler, signal.SIGSTOP)
+        _wait_state(slow_pd.decode, lambda s: not s["rooms_by_state"].get("receiving"), wait_s=TIMEOUT_S + 60)
+        os.kill(scheduler, signal.SIGCONT)
+        resumed.set()
 
-@pytest.mark.parametrize(
-    "kind,reason",
-    [("unauthenticated", "FrameAuth|MAC|secret"), ("corrupt", "FrameAuth|MAC|corrupt"), ("oversized", "more than the allowed")],
-)
-def test_bad_frame_fails_its_request_with_the_reason(slow_pd, long_body, secret_file, kind, reason):
-    free = _lynx_state(slow_pd.decode)["kv_free_slots"]
-    room = _room()
-    frames = _forged_frames(room, secret_file.read_bytes().strip(), secrets.token_bytes(32))
-    transport = ZmqTransport(send_timeout_s=10)
-    endpoint = _data_endpoint(slow_pd.decode)
     try:
-        _, decode = slow_pd.generate_direct(
-            long_body, room, after_prefill=lambda: transport.send(endpoint, frames[kind])
-        )
+        _, decode = slow_pd.generate_direct(reference["body"], _room(), after_prefill=stall_during_transfer)
     finally:
-        transport.close()
-    assert isinstance(decode, str), f"a {kind} frame must fail the request"
-    assert "rejected frame" in decode and re.search(reason, decode), decode
-    assert _wait_free(slow_pd.decode, free) == free
+        os.kill(scheduler, signal.SIGCONT)
+    assert resumed.is_set()
+    assert isinstance(decode, str), "a transfer that stopped moving must fail"
+    assert f"made no progress for {TIMEOUT_S}s" in decode and "Traceback" not in decode, decode
+    assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
     _serves_small_request(slow_pd)
+
+
+def test_peers_without_the_secret_cannot_get_a_byte_in_and_the_transfer_is_exact(slow_pd, reference):
+    state = _lynx_state(slow_pd.decode)
+    endpoint, dropped = state["data_endpoint"], state["dropped_messages"]
+    refused = []
+
+    def attack():
+        for curve in (None, curve_keys(secrets.token_bytes(32))):
+            with ZmqTransport(send_timeout_s=2, curve=curve) as transport:
+                try:
+                    transport.send(endpoint, [b"junk"] * 6000)
+                except TransportError:
+                    refused.append(curve is None)
+
+    _, decode = slow_pd.generate_direct(reference["body"], _room(), after_prefill=attack)
+    assert refused == [True, False], "both peers must be refused at the handshake"
+    assert isinstance(decode, dict) and decode["output_ids"] == reference["answer"]["output_ids"]
+    assert _lynx_state(slow_pd.decode)["dropped_messages"] == dropped, "nothing of theirs reached Lynx"
+
+
+def test_two_live_requests_with_one_room_never_get_a_wrong_answer(slow_pd, reference, tokenizer):
+    room = _room()
+    other = _body(tokenizer, 1024, index=5)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(slow_pd.generate_direct, reference["body"], room)
+        time.sleep(0.5)
+        second = pool.submit(slow_pd.generate_direct, other, room)
+        answers = [first.result()[1], second.result()[1]]
+    _, clean = slow_pd.generate_direct(other, _room())
+    for answer, expected in zip(answers, (reference["answer"], clean)):
+        if isinstance(answer, dict):
+            assert answer["output_ids"] == expected["output_ids"], "a duplicate room produced a wrong answer"
+        else:
+            assert "bootstrap_room" in answer or "tokens announced" in answer or "reserved" in answer, answer
+    assert any(isinstance(a, str) for a in answers), "one of two requests sharing a room must be refused"
+    assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
+    _serves_small_request(slow_pd)
+
+
+def test_a_client_abort_mid_transfer_frees_the_slots_for_the_next_request_which_is_exact(slow_pd, reference):
+    rid = f"abort-{secrets.token_hex(4)}"
+    answers = {}
+
+    def run():
+        answers["first"] = slow_pd.generate_direct({**reference["body"], "rid": rid}, _room())
+
+    request = threading.Thread(target=run)
+    request.start()
+    _wait_state(slow_pd.decode, lambda s: s["rooms_by_state"].get("receiving"))
+    _abort(slow_pd.decode, rid)
+    request.join(timeout=300)
+    _, aborted = answers["first"]
+    assert isinstance(aborted, str) or aborted["meta_info"]["finish_reason"]["type"] == "abort", aborted
+    _, decode = slow_pd.generate_direct(reference["body"], _room())
+    assert isinstance(decode, dict) and decode["output_ids"] == reference["answer"]["output_ids"]
+    assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
+
+
+def test_a_burst_larger_than_the_decode_pool_queues_and_every_answer_is_exact(slow_pd, reference):
+    count = 3  # 3 x ~2.1k tokens > the 4,096-slot pool
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:
+        answers = list(pool.map(lambda _: slow_pd.generate_direct(reference["body"], _room())[1], range(count)))
+    for answer in answers:
+        assert isinstance(answer, dict), answer
+        assert answer["output_ids"] == reference["answer"]["output_ids"]
+    assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
 
 
 def test_killing_prefill_mid_transfer_fails_the_request_and_decode_keeps_serving(
-    model_path, server_logs, secret_file, long_body
+    model_path, server_logs, secret_file, tokenizer
 ):
     lynx_args = [
         "--lynx-mode", "int8",
-        "--lynx-link-gbps", str(SLOW_LINK_GBPS),
+        "--lynx-link-gbps", "0.002",
         "--lynx-transfer-timeout", "120",
         "--lynx-secret-file", str(secret_file),
     ]  # fmt: skip
-    with PDDeployment(model_path, lynx_args, extra_args=CPU_ARGS, log_dir=server_logs / "pd-kill") as pd:
+    with PDDeployment(model_path, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=server_logs / "pd-kill") as pd:
         free = _lynx_state(pd.decode)["kv_free_slots"]
-        _, decode = pd.generate_direct(long_body, _room(), after_prefill=lambda: (time.sleep(2), pd.prefill.stop(grace=0)))
+
+        def kill_during_transfer():
+            _wait_state(pd.decode, lambda s: s["rooms_by_state"].get("receiving"))
+            pd.prefill.stop(grace=0)
+
+        _, decode = pd.generate_direct(_body(tokenizer, 1024), _room(), after_prefill=kill_during_transfer)
         assert isinstance(decode, str), "the request must fail once its prefill server is gone"
         assert "prefill" in decode.lower() and "Traceback" not in decode, decode
         assert _wait_free(pd.decode, free) == free
@@ -155,7 +232,7 @@ def test_killing_prefill_mid_transfer_fails_the_request_and_decode_keeps_serving
 
 
 def test_lynx_request_whose_residual_never_arrives_fails_without_unverified_tokens(
-    model_path, server_logs, secret_file, long_body
+    model_path, server_logs, secret_file, tokenizer
 ):
     """The anchor lands and decoding starts on it; then the prefill dies with the residual
     still on the wire. The client must have received only the exact first token, then an
@@ -166,11 +243,10 @@ def test_lynx_request_whose_residual_never_arrives_fails_without_unverified_toke
         "--lynx-transfer-timeout", "120",
         "--lynx-secret-file", str(secret_file),
     ]  # fmt: skip
-    with PDDeployment(model_path, lynx_args, extra_args=CPU_ARGS, log_dir=server_logs / "pd-lynx-kill") as pd:
+    with PDDeployment(model_path, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=server_logs / "pd-lynx-kill") as pd:
         free = _lynx_state(pd.decode)["kv_free_slots"]
-        room = _room()
-        fields = {"bootstrap_host": "127.0.0.1", "bootstrap_port": pd.bootstrap_port, "bootstrap_room": room}
-        body = {**long_body, **fields, "sampling_params": {"max_new_tokens": 64, "temperature": 0}}
+        fields = {"bootstrap_host": "127.0.0.1", "bootstrap_port": pd.bootstrap_port, "bootstrap_room": _room()}
+        body = {**_body(tokenizer, 1024, max_new_tokens=64), **fields}
         prefill = threading.Thread(target=_post_quietly, args=(f"{pd.prefill.url}/generate", body))
         prefill.start()
         tokens_streamed, error = 0, None
@@ -190,12 +266,19 @@ def test_lynx_request_whose_residual_never_arrives_fails_without_unverified_toke
         assert "residual" in error, error
         assert tokens_streamed == 1, "only the prefill's exact first token may have been streamed"
         assert _wait_free(pd.decode, free) == free
-        decode_log = pd.decode.log_path.read_text()
-        assert "failed: residual KV failed" in decode_log
+        assert "failed: residual KV failed" in pd.decode.log_path.read_text()
+
+
+def _abort(server: SGLangServer, rid: str) -> None:
+    """SGLang's `/abort_request` (it answers 200 with an empty body)."""
+    data = json.dumps({"rid": rid}).encode()
+    req = urllib.request.Request(f"{server.url}/abort_request", data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
 
 
 def _post_quietly(url: str, body: dict) -> None:
     try:
         post_json(url, body, timeout=120)
     except OSError:
-        pass  # the prefill server is killed while answering
+        pass  # the server is killed or the request aborted while answering

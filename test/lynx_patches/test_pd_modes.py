@@ -20,9 +20,10 @@ import json
 import secrets
 
 import pytest
+from lynx_testing.exactness import compare_greedy, compare_sampled, sampling_pit
 from pd_scenarios import DEPLOYMENTS, LazyRuns, suites, top2, top_logprobs
 
-from lynx_testing.exactness import compare_greedy, compare_sampled, sampling_pit
+pytestmark = pytest.mark.server
 
 @pytest.fixture(scope="module")
 def bodies(model_path):

@@ -8,8 +8,8 @@ import textwrap
 from importlib.metadata import entry_points
 
 import pytest
-
 from lynx.config import LynxConfig, options
+
 from lynx_patches.hooks import all_hooks
 from lynx_patches.selfcheck import Hook, LynxHookError, is_applied, missing, verify
 
@@ -136,3 +136,12 @@ def test_server_refuses_lynx_when_a_hook_failed_to_apply(model_path):
     assert proc.returncode == 2, proc.stderr
     assert "Lynx hooks were not applied to: " + "sglang.srt.managers.scheduler" in proc.stderr
     assert "error: Lynx hooks were not applied" in proc.stderr.splitlines()[-1]
+
+
+def test_every_sglang_name_lynx_uses_resolves_and_a_missing_one_is_named():
+    from lynx_patches.selfcheck import unresolved
+    from lynx_patches.targets import USED
+
+    assert unresolved(USED) == []
+    missing = "sglang.srt.disaggregation.common.conn.CommonKVManager.renamed_in_a_later_release"
+    assert unresolved([*USED[:2], missing]) == [missing]

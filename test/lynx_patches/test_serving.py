@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from lynx_testing.deploy import SERVED_MODEL
+from lynx_testing.exactness import compare_greedy, compare_greedy_resynced
+from lynx_testing.hf_reference import HFReference
+from lynx_testing.launch import SGLangServer
 from openai import OpenAI
 
-from lynx_testing.exactness import compare_greedy, compare_greedy_resynced
-from lynx_testing.launch import SGLangServer
-from lynx_testing.hf_reference import HFReference
+pytestmark = pytest.mark.server
 
 PROMPTS = (
     "What is the capital of France?",
@@ -29,7 +31,7 @@ def client(lynx_server) -> OpenAI:
 
 def _chat(client: OpenAI, prompt: str):
     reply = client.chat.completions.create(
-        model="smollm2",
+        model=SERVED_MODEL,
         messages=[{"role": "user", "content": prompt}],
         max_tokens=MAX_TOKENS,
         temperature=0,
@@ -76,7 +78,7 @@ def test_greedy_output_equals_transformers_bf16(client, model_path):
 def fp32_client(model_path, server_logs):
     with SGLangServer(
         model_path,
-        ["--lynx", "--served-model-name", "smollm2", "--dtype", "float32"],
+        ["--lynx", "--served-model-name", SERVED_MODEL, "--dtype", "float32"],
         log_path=server_logs / "fp32-server.log",
     ) as server:
         yield OpenAI(base_url=f"{server.url}/v1", api_key="unused")
@@ -109,10 +111,9 @@ QWEN2_PROMPTS = (
 def test_qwen2_serves_and_every_greedy_token_equals_transformers_in_fp32(server_logs):
     """A second architecture (Qwen2: q/k/v biases, 14 query heads over 2 KV heads)
     serves with --lynx on this CPU, token for token as transformers in fp32."""
-    from transformers import AutoTokenizer
-
     from lynx.models import prepare
     from lynx_testing.prompts import chat_prompt
+    from transformers import AutoTokenizer
 
     path = prepare("qwen2")
     server = SGLangServer(

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-
 from lynx.config import LynxConfig
 from lynx.manifest import Manifest, dtype_name
 from lynx.transfer.frames import AUX_STREAM, FrameHeader, encode_frame
 from lynx.transfer.policy import chunk_spans
+
 from lynx_patches.pd.pool import PoolView
 
 LAYERS, HEADS, DIM, SLOTS = 2, 2, 64, 64

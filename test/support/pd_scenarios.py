@@ -1,6 +1,6 @@
 """The deployments and requests shared by the PD tests (one run of each deployment per session).
 
-Servers compute in fp32 with a bf16 KV cache (`CPU_ARGS`: this CPU runs bf16
+Servers compute in fp32 with a bf16 KV cache (`CPU_MODEL_ARGS`: this CPU runs bf16
 matmuls ~6x slower than fp32), so the KV that crosses the link is bf16.
 Requests are sent through SGLang's router as native `/generate` calls, which
 return token ids and `meta_info` (Lynx metrics; references also the top-`TOP_LOGPROBS`
@@ -15,12 +15,11 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
+from lynx_testing.deploy import SERVED_MODEL, PDDeployment
+from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
 from lynx_testing.prompts import chat_prompt, long_question
-from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import SGLangServer, post_json
 from lynx_testing.streaming import sse_events
 
-CPU_ARGS = ("--dtype", "float32", "--kv-cache-dtype", "bfloat16")
 PROMPT_TOKENS = (512, 1024, 2048, 3584)
 MAX_TOKENS = 32
 SLOW_LINK = ("--lynx-link-gbps", "0.03")  # the residual lands after several decode steps
@@ -131,7 +130,7 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
     if dep.single:
         server = SGLangServer(
             model_path,
-            ["--lynx", *dep.lynx_args, "--served-model-name", "smollm2", *CPU_ARGS],
+            ["--lynx", *dep.lynx_args, "--served-model-name", SERVED_MODEL, *CPU_MODEL_ARGS],
             log_path=log_dir / f"{dep.name}.log",
         )
         with server:
@@ -139,7 +138,7 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
         return run
     args = [*dep.lynx_args, "--lynx-secret-file", str(secret_file)]
     radix = "--disaggregation-decode-enable-radix-cache" in dep.lynx_args
-    with PDDeployment(model_path, args, extra_args=CPU_ARGS, log_dir=log_dir / dep.name) as pd:
+    with PDDeployment(model_path, args, extra_args=CPU_MODEL_ARGS, log_dir=log_dir / dep.name) as pd:
         if radix:
             pd.decode.flush_cache()  # the tree keeps cached KV (warm-up's too): count slots without it
         run.free_before = _state(pd.decode)
@@ -199,7 +198,7 @@ def _chat(url: str, messages: list) -> dict:
     from openai import OpenAI
 
     reply = OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=600).chat.completions.create(
-        model="smollm2", messages=messages, max_tokens=MAX_TOKENS, temperature=0
+        model=SERVED_MODEL, messages=messages, max_tokens=MAX_TOKENS, temperature=0
     )
     return {"text": reply.choices[0].message.content, "finish_reason": reply.choices[0].finish_reason}
 

@@ -128,6 +128,14 @@ class RoomTable:
         with self._cond:
             return [r for r, e in self._rooms.items() if e.state in LIVE]
 
+    def count_by_state(self) -> dict[str, int]:
+        """How many rooms are in each state (states with none left out)."""
+        with self._cond:
+            counts: dict[str, int] = {}
+            for entry in self._rooms.values():
+                counts[entry.state.value] = counts.get(entry.state.value, 0) + 1
+            return counts
+
     def rooms_of(self, peer: str) -> list[int]:
         with self._cond:
             return [r for r, e in self._rooms.items() if e.peer == peer and e.state in LIVE]
@@ -171,6 +179,7 @@ class RoomTable:
             now = self.clock()
             entry.deadline = now + self.timeout
             entry.timings["manifest_s"] = now - entry.since
+            entry.timings["transferred_tokens"] = entry.num_tokens
             return None
 
     def progress(self, room: int) -> None:

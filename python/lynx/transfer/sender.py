@@ -25,7 +25,7 @@ from lynx.transfer.transport import Transport, TransportError
 logger = logging.getLogger(__name__)
 
 MAX_LAYERS = (1 << 16) - 1
-MAX_CHUNK_BYTES = (1 << 32) - 1
+MAX_FRAME_PAYLOAD = (1 << 32) - 1  # the frame header's u32 length field
 STALL_POLL_S = 0.005
 
 
@@ -108,8 +108,8 @@ class PrioritySender:
         stall_timeout_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not isinstance(chunk_bytes, int) or not 1 <= chunk_bytes <= MAX_CHUNK_BYTES:
-            raise ValueError(f"chunk_bytes must be an int in 1..{MAX_CHUNK_BYTES}, got {chunk_bytes!r}")
+        if not isinstance(chunk_bytes, int) or not 1 <= chunk_bytes <= MAX_FRAME_PAYLOAD:
+            raise ValueError(f"chunk_bytes must be an int in 1..{MAX_FRAME_PAYLOAD}, got {chunk_bytes!r}")
         if not isinstance(max_inflight_bytes, int) or max_inflight_bytes < 1:
             raise ValueError(f"max_inflight_bytes must be an int >= 1, got {max_inflight_bytes!r}")
         if not submit_timeout_s >= 0:

@@ -4,7 +4,6 @@ import threading
 
 import numpy as np
 import pytest
-
 from lynx.transfer.rooms import DuplicateRoom, Room, RoomState, RoomTable
 
 
@@ -49,7 +48,9 @@ def test_a_room_walks_from_reserved_to_complete_and_records_its_timings():
     assert rooms.state(7) is RoomState.LANDED
     assert rooms.take_landed(7).assembly == "assembly"
     assert rooms.take_landed(7) is None and rooms.state(7) is RoomState.COMPLETE
-    assert rooms.timings(7) == {"manifest_s": 3.0, "anchor_ready_s": 4.0, "residual_ready_s": 6.0}
+    assert rooms.timings(7) == {
+        "manifest_s": 3.0, "transferred_tokens": 4, "anchor_ready_s": 4.0, "residual_ready_s": 6.0,
+    }  # fmt: skip
 
 
 def test_no_deadline_runs_before_the_manifest_however_long_the_prefill_takes():

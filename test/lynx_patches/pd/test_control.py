@@ -68,6 +68,19 @@ def test_a_data_endpoint_off_the_decode_ranks_own_address_is_refused(endpoint):
 def test_a_data_endpoint_on_the_decode_ranks_address_is_accepted():
     check_data_endpoint("tcp://127.0.0.1:6000", "127.0.0.1")
     check_data_endpoint("tcp://[::1]:6000", "::1")
+    check_data_endpoint(_mooncake("127.0.0.1:7000", "tcp://127.0.0.1:7001"), "127.0.0.1")
+
+
+@pytest.mark.parametrize("session,control", [("10.0.0.5:7000", "tcp://127.0.0.1:7001"), ("127.0.0.1:7000", "tcp://10.0.0.5:7001")])
+def test_a_mooncake_endpoint_with_any_address_off_the_decode_rank_is_refused(session, control):
+    with pytest.raises(ControlError, match="not on the sending decode rank"):
+        check_data_endpoint(_mooncake(session, control), "127.0.0.1")
+
+
+def _mooncake(session: str, control: str) -> str:
+    from lynx.transfer.mooncake_control import MooncakeEndpoint
+
+    return str(MooncakeEndpoint(session, "tcp", control, 0x7F0000, 16, 1 << 20))
 
 
 def test_page_slots_expand_pages_and_cut_the_last_one():

@@ -11,12 +11,12 @@ import threading
 import numpy as np
 import pytest
 import torch
-from pd_fakes import SECRET, DecodeHost, FakePool, config, transfer_messages, wait_for
-
 from lynx.transfer.keys import curve_keys, transfer_key
 from lynx.transfer.rooms import RoomState
 from lynx.transfer.transport import TransportError
 from lynx.transfer.zmq_transport import ZmqTransport
+from pd_fakes import SECRET, DecodeHost, FakePool, config, transfer_messages, wait_for
+
 from lynx_patches.pd.decode_side import DecodeSide
 
 ROOM = 4242

@@ -6,11 +6,11 @@ import threading
 
 import numpy as np
 import pytest
-from pd_fakes import AUX_LENS, SECRET, FakePool, PrefillHost, config, wait_for
-
 from lynx.manifest import open_manifest, wire_version
 from lynx.transfer.keys import transfer_key
 from lynx.transfer.transport import Transport
+from pd_fakes import AUX_LENS, SECRET, FakePool, PrefillHost, config, wait_for
+
 from lynx_patches.pd import prefill_side
 from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata
 from lynx_patches.pd.prefill_side import PrefillSide
@@ -42,7 +42,7 @@ class Recorder(Transport):
 def side():
     host = PrefillHost()
     clock = Clock()
-    side = PrefillSide(config(mode="int8"), SECRET, host, clock=clock)
+    side = PrefillSide(config(mode="int8"), SECRET, host, "127.0.0.1", clock=clock)
     side.transport.close()
     side.transport = side.sender._transport = Recorder()
     side.attach(FakePool(seed=0).view)
