@@ -138,6 +138,20 @@ class DecodeSide:
         if entry is not None and state not in (RoomState.LANDED, RoomState.COMPLETE):
             self._host.cancel(room, entry.extra.get("endpoints", ()))
 
+    def apply_residual(self, room: int) -> bool:
+        """Rewrite a landed room's slots with the full reconstruction; False if it has not landed.
+
+        Scheduler thread, between forward passes (the slots are read by the next one).
+        """
+        entry = self.rooms.take_landed(room)
+        if entry is None:
+            return False
+        manifest, assembly, pool = entry.manifest, entry.assembly, self.pool
+        streams = [as_tensor(assembly.buffer(s)) for s in range(len(manifest.stream_sizes))]
+        self.wire.upgrade(streams, manifest.shape, pool.k_buffers, pool.v_buffers, pool.slot_index(entry.slots))
+        entry.assembly = None
+        return True
+
     def on_prefill_failure(self, room: int, reason: str) -> None:
         """A prefill rank reports it cannot deliver the room's KV."""
         self._fail(room, reason)

@@ -27,7 +27,6 @@ from lynx.sampling import draw
 from lynx.speculation import verify as verify_tokens
 from lynx.transfer.rooms import RoomState
 
-from lynx_patches.pd.decode_side import as_tensor
 from lynx_patches.speculate.state import (
     ATTR,
     SpecState,
@@ -135,12 +134,8 @@ class SpecController:
 
     def _verify(self, req, state: SpecState, running_batch) -> None:
         started = time.perf_counter()
-        room = self.side.rooms.take_landed(state.room)
-        if room is None:
+        if not self.side.apply_residual(state.room):
             return
-        manifest, assembly, kv = room.manifest, room.assembly, self.side.pool
-        streams = [as_tensor(assembly.buffer(s)) for s in range(len(manifest.stream_sizes))]
-        self.wire.upgrade(streams, manifest.shape, kv.k_buffers, kv.v_buffers, kv.slot_index(room.slots))
         prompt = len(req.origin_input_ids)
         held_back = state.speculated(len(req.output_ids))
         state.anchor = False

@@ -66,12 +66,18 @@ def test_int8_mode_equals_single_server_on_int8_roundtripped_kv(runs):
     assert _ids(runs["int8"].outputs["greedy"]) == _ids(runs["single-int8-loopback"].outputs["greedy"])
 
 
-def test_int4_mode_answers(runs):
-    (answer,) = runs["int4"].outputs["short"]
-    assert answer["output_ids"] and answer["text"].strip()
+def test_int4_mode_equals_single_server_on_int4_roundtripped_kv(runs):
+    assert _ids(runs["int4"].outputs["short"]) == _ids(runs["single-int4-loopback"].outputs["short"])
 
 
-@pytest.mark.parametrize("lynx,reference", [("lynx", "int8"), ("lynx-2+6", "int8"), ("lynx-bf16-exact", "bf16")])
+def test_mooncake_transport_moves_exactly_the_zeromq_transports_kv(runs):
+    assert _ids(runs["int8-mooncake"].outputs["greedy"]) == _ids(runs["int8"].outputs["greedy"])
+
+
+@pytest.mark.parametrize(
+    "lynx,reference",
+    [("lynx", "int8"), ("lynx-2+6", "int8"), ("lynx-bf16-exact", "bf16"), ("lynx-mooncake", "int8")],
+)
 def test_lynx_mode_greedy_output_equals_full_precision_reference(runs, lynx, reference):
     _near_tie_compare(runs[reference].outputs["greedy"], runs[lynx].outputs["greedy"], f"{lynx} vs {reference}")
 
@@ -83,8 +89,8 @@ def _metrics(answers) -> list[dict]:
 def test_speculation_really_runs_and_mostly_accepts(runs):
     metrics = _metrics(runs["lynx"].outputs["greedy"])
     assert all(m["mode"] == "lynx" for m in metrics)
-    assert sum(m["speculative_tokens"] for m in metrics) > 0
-    assert sum(m["accepted_tokens"] for m in metrics) > 0
+    drafted, accepted = (sum(m[k] for m in metrics) for k in ("speculative_tokens", "accepted_tokens"))
+    assert drafted > 0 and accepted > drafted / 2, f"{accepted} of {drafted} drafted tokens accepted"
     for m in metrics:
         assert m["anchor_ready_s"] <= m["residual_ready_s"]
         assert 0 <= m["accepted_tokens"] <= m["speculative_tokens"]
@@ -118,7 +124,7 @@ def test_stop_conditions_inside_the_speculative_window_match_full_precision(runs
     assert answers[0]["meta_info"]["completion_tokens"] == 5  # max_new_tokens counts verified tokens
 
 
-def test_seeded_sampling_equals_full_precision_sampling_and_repeats(runs, bodies, model_path):
+def test_seeded_sampling_equals_full_precision_sampling_in_two_runs(runs, bodies, model_path):
     """Seeded temperature sampling: two lynx runs and int8 mode draw the same tokens for
     the same seed, except where two tokens tie after the shared noise (the verify pass
     and step-by-step decoding round the KV differently, and how many tokens a run

@@ -10,19 +10,25 @@ logprobs per output position).
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import os
+import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from lynx_testing.deploy import SERVED_MODEL, PDDeployment
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
+from lynx_testing.netns import INSIDE_ENV, run_isolated
 from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import sse_events
 
 PROMPT_TOKENS = (512, 1024, 2048, 3584)
 MAX_TOKENS = 32
 SLOW_LINK = ("--lynx-link-gbps", "0.03")  # the residual lands after several decode steps
+MOONCAKE = ("--lynx-transport", "mooncake")
 TOP_LOGPROBS = 20  # what references report per output position
 DISTRIBUTION_SEEDS = range(1000, 1096)  # one short sampled request per seed
 
@@ -34,11 +40,13 @@ class Deployment:
     single: bool = False  # a non-disaggregated server instead of a PD pair
     suites: tuple[str, ...] = ("greedy",)
     reference: bool = False  # request top logprobs (a reference must not change what it decodes)
+    isolated: bool = False  # run in a private network namespace (Mooncake listens on every interface)
 
 
 DEPLOYMENTS = (
     Deployment("single", (), single=True),
     Deployment("single-int8-loopback", ("--lynx-mode", "int8", "--lynx-loopback"), single=True),
+    Deployment("single-int4-loopback", ("--lynx-mode", "int4", "--lynx-loopback"), single=True, suites=("short",)),
     Deployment("bf16", ("--lynx-mode", "bf16"), reference=True),
     Deployment(
         "int8", ("--lynx-mode", "int8"), suites=("greedy", "stops", "sampling", "distribution"), reference=True
@@ -56,6 +64,8 @@ DEPLOYMENTS = (
         suites=("radix",),
     ),
     Deployment("lynx-bf16-exact", ("--lynx-mode", "lynx", "--lynx-preset", "bf16-exact", *SLOW_LINK)),
+    Deployment("int8-mooncake", ("--lynx-mode", "int8", *MOONCAKE), isolated=True),
+    Deployment("lynx-mooncake", ("--lynx-mode", "lynx", *SLOW_LINK, *MOONCAKE), isolated=True),
 )
 
 
@@ -126,6 +136,8 @@ class LazyRuns:
 
 
 def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_file) -> Run:
+    if dep.isolated and os.environ.get(INSIDE_ENV) != "1":
+        return _run_isolated(dep, model_path, bodies, log_dir, secret_file)
     run = Run()
     if dep.single:
         server = SGLangServer(
@@ -150,6 +162,19 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
             with urllib.request.urlopen(f"{pd.decode.url}/metrics", timeout=30) as resp:
                 run.decode_metrics = resp.read().decode()
     return run
+
+
+def _run_isolated(dep: Deployment, model_path, bodies: dict, log_dir, secret_file) -> Run:
+    """`run_deployment` of `dep` in a private network namespace, through this file's command line."""
+    folder = Path(log_dir) / dep.name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "bodies.json").write_text(json.dumps(bodies))
+    command = [sys.executable, __file__, dep.name, str(model_path), str(folder / "bodies.json"), str(log_dir),
+               str(secret_file), str(folder / "run.json")]  # fmt: skip
+    result = run_isolated(command, capture_output=True, text=True, timeout=3600)
+    if result.returncode != 0:
+        raise RuntimeError(f"deployment {dep.name} failed in its namespace:\n{result.stderr[-3000:]}")
+    return Run(**json.loads((folder / "run.json").read_text()))
 
 
 def _ask_all(dep: Deployment, url: str, bodies: dict, run: Run) -> None:
@@ -211,3 +236,11 @@ def top2(answer: dict) -> list:
 def top_logprobs(answer: dict) -> list[dict[int, float]]:
     """Per output position, token -> logprob of the reference's top tokens."""
     return [{int(t): lp for lp, t, *_ in p} for p in answer["meta_info"]["output_top_logprobs"]]
+
+
+if __name__ == "__main__":
+    # python pd_scenarios.py NAME MODEL BODIES_JSON LOG_DIR SECRET_FILE OUT_JSON (see `_run_isolated`)
+    name, model, bodies_file, logs, secret, out = sys.argv[1:7]
+    chosen = next(d for d in DEPLOYMENTS if d.name == name)
+    result = run_deployment(chosen, model, json.loads(Path(bodies_file).read_text()), Path(logs), secret)
+    Path(out).write_text(json.dumps(asdict(result)))

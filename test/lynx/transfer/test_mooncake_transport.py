@@ -1,4 +1,9 @@
-"""MooncakeTransport and MooncakeListener with the real engine over TCP on 127.0.0.1."""
+"""MooncakeTransport and MooncakeListener with the real engine over TCP on 127.0.0.1.
+
+The engine listens on every interface whatever address it is given, so these
+tests run only inside a private network namespace that has nothing but
+loopback: `test_mooncake_isolated.py` runs this module there.
+"""
 
 import hashlib
 import json
@@ -14,6 +19,10 @@ import numpy as np
 import pytest
 import zmq
 
+from lynx_testing.netns import INSIDE_ENV  # noqa: E402
+
+if os.environ.get(INSIDE_ENV) != "1":
+    pytest.skip("runs inside a private network namespace (test_mooncake_isolated.py)", allow_module_level=True)
 pytest.importorskip("mooncake.engine", reason="the mooncake extra (mooncake-transfer-engine-non-cuda) is not installed")
 
 from lynx.transfer.frames import AUX_STREAM, FrameAuthError, FrameHeader, decode_frame, encode_frame  # noqa: E402
