@@ -65,7 +65,8 @@ class LynxCpuPlatform(CpuDeviceMixin, SRTPlatform):
             server_args.sampling_backend = "pytorch"
         server_args.disable_cuda_graph = True
         server_args.disable_overlap_schedule = True
-        server_args.page_size = 1
+        if server_args.page_size is None:
+            server_args.page_size = 1
         # An idle scheduler otherwise polls in a busy loop: on a CPU that core is
         # the one the busy servers' matmuls need.
         server_args.sleep_on_idle = True
