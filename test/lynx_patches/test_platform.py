@@ -1,5 +1,7 @@
 """The lynx_cpu platform: chosen on this accelerator-less machine, CPU-safe defaults."""
 
+import importlib
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -8,7 +10,14 @@ import pytest
 # entry point; imported first, `lynx_patches.platform` would be half-initialized then.
 from sglang.srt.platforms import current_platform
 
-from lynx_patches.platform import PLATFORM_CLASS, LynxCpuPlatform, activate
+from lynx_patches.platform import (
+    PADDED_LOADER_MODULES,
+    PLATFORM_CLASS,
+    THREADS_BIND_ENV,
+    LynxCpuPlatform,
+    activate,
+    threads_bind,
+)
 
 
 def _args(**overrides):
@@ -18,6 +27,11 @@ def _args(**overrides):
         "disaggregation_mode": "null",
         "disaggregation_decode_retraction_backup": None,
         "page_size": None,
+        "tp_size": 1,
+        "dp_size": 1,
+        "pp_size": 1,
+        "base_gpu_id": 0,
+        "gpu_id_step": 1,
     }
     return SimpleNamespace(**{**base, **overrides})
 
@@ -64,6 +78,71 @@ def test_decode_server_backs_up_retracted_kv_in_plain_cpu_tensors():
     args = _args(disaggregation_mode="decode")
     LynxCpuPlatform().apply_server_args_defaults(args)
     assert args.disaggregation_decode_retraction_backup == "cpu_tensor"
+
+
+@pytest.mark.parametrize(
+    ("entries", "cpus", "expected"),
+    [
+        (2, [0, 1], "0|1"),
+        (2, [0, 1, 2, 3, 4, 5, 6, 7], "0,1,2,3|4,5,6,7"),
+        (3, [0, 1, 2, 3, 4, 5, 6, 7], "0,1|2,3,4|5,6,7"),
+        (2, [5], "5|5"),
+        (4, [0, 1], "0|1|0|1"),
+    ],
+)
+def test_threads_bind_shares_the_cpus_among_entries(entries, cpus, expected):
+    assert threads_bind(entries, cpus) == expected
+
+
+def test_threads_bind_refuses_no_entries_or_no_cpus():
+    with pytest.raises(ValueError, match="at least one entry"):
+        threads_bind(0, [0])
+    with pytest.raises(ValueError, match="at least one entry"):
+        threads_bind(2, [])
+
+
+def test_tp2_on_one_numa_node_gets_a_threads_bind_for_both_ranks(monkeypatch):
+    monkeypatch.delenv(THREADS_BIND_ENV, raising=False)
+    monkeypatch.setattr("sglang.srt.utils.common.get_cpu_ids_by_node", lambda: ["0,1"])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    LynxCpuPlatform().apply_server_args_defaults(_args(tp_size=2))
+    assert os.environ[THREADS_BIND_ENV] == "0|1"
+
+
+def test_threads_bind_covers_device_ids_from_the_base_gpu_id(monkeypatch):
+    monkeypatch.delenv(THREADS_BIND_ENV, raising=False)
+    monkeypatch.setattr(
+        "sglang.srt.utils.common.get_cpu_ids_by_node", lambda: ["0,1,2,3"]
+    )
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    LynxCpuPlatform().apply_server_args_defaults(_args(tp_size=2, base_gpu_id=2))
+    assert len(os.environ[THREADS_BIND_ENV].split("|")) == 4
+
+
+@pytest.mark.parametrize(
+    ("numa_nodes", "tp_size", "preset"),
+    [(["0,1"], 1, None), (["0", "1"], 2, None), (["0,1"], 2, "1|0")],
+)
+def test_threads_bind_is_left_alone_when_sglang_needs_none_or_the_user_set_it(
+    monkeypatch, numa_nodes, tp_size, preset
+):
+    if preset is None:
+        monkeypatch.delenv(THREADS_BIND_ENV, raising=False)
+    else:
+        monkeypatch.setenv(THREADS_BIND_ENV, preset)
+    monkeypatch.setattr(
+        "sglang.srt.utils.common.get_cpu_ids_by_node", lambda: numa_nodes
+    )
+    LynxCpuPlatform().apply_server_args_defaults(_args(tp_size=tp_size))
+    assert os.environ.get(THREADS_BIND_ENV) == preset
+
+
+def test_workers_load_weights_through_sglangs_padded_cpu_loaders(monkeypatch):
+    modules = [importlib.import_module(name) for name in PADDED_LOADER_MODULES]
+    for module in modules:
+        monkeypatch.setattr(module, "_is_cpu", False)
+    LynxCpuPlatform().init_backend()
+    assert all(module._is_cpu is True for module in modules)
 
 
 @pytest.mark.parametrize(
