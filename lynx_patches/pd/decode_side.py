@@ -27,15 +27,14 @@ import torch
 from lynx.config import LynxConfig
 from lynx.manifest import ManifestAuthError, ManifestError, manifest_room, open_manifest
 from lynx.transfer.frames import (
-    AUX_STREAM,
     FrameAuthError,
     FrameError,
     decode_frame,
     peek_room,
 )
 from lynx.transfer.keys import new_nonce, transfer_key
-from lynx.transfer.reassembly import RequestAssembly
 from lynx.transfer.rooms import Room, RoomState, RoomTable
+from lynx.transfer.segments import SegmentedAssembly
 from lynx.transfer.select import make_listener
 from lynx.transfer.supervise import Supervisor
 
@@ -139,18 +138,28 @@ class DecodeSide:
             self._host.cancel(room, entry.extra.get("endpoints", ()))
 
     def apply_residual(self, room: int) -> bool:
-        """Rewrite a landed room's slots with the full reconstruction; False if it has not landed.
+        """Rewrite the slots of every landed residual segment with the full reconstruction.
 
-        Scheduler thread, between forward passes (the slots are read by the next one).
+        Scheduler thread, between forward passes (the slots are read by the
+        next one); call it each iteration while the room is anchored: each
+        segment is applied once, as soon as its residual has landed. True once
+        every segment is applied (the room is then complete).
         """
-        entry = self.rooms.take_landed(room)
-        if entry is None:
+        entry = self.rooms.get(room)
+        assembly = entry.assembly if entry is not None else None
+        if assembly is None or entry.state not in (RoomState.ANCHORED, RoomState.LANDED):
             return False
-        manifest, assembly, pool = entry.manifest, entry.assembly, self.pool
-        streams = [as_tensor(assembly.buffer(s)) for s in range(len(manifest.stream_sizes))]
-        self.wire.upgrade(streams, manifest.shape, pool.k_buffers, pool.v_buffers, pool.slot_index(entry.slots))
-        entry.assembly = None
-        return True
+        pool = self.pool
+        for k, shape in enumerate(entry.extra["segments"]):
+            if k in assembly.residuals_applied or not assembly.segment_ready(k):
+                continue
+            streams = [as_tensor(assembly.buffer(k, s)) for s in range(assembly.num_streams)]
+            index = pool.slot_index(_segment_slots(entry, shape))
+            self.wire.upgrade(streams, shape, pool.k_buffers, pool.v_buffers, index)
+            assembly.residuals_applied.add(k)
+        if len(assembly.residuals_applied) < assembly.num_segments:
+            return False
+        return self.rooms.take_landed(room) is not None
 
     def on_prefill_failure(self, room: int, reason: str) -> None:
         """A prefill rank reports it cannot deliver the room's KV."""
@@ -205,15 +214,15 @@ class DecodeSide:
             return self._drop(room, str(exc))
         except ManifestError as exc:
             return self._fail(room, f"rejected manifest: {exc}")
-        self._pool_ready.wait()
-        problem = manifest.mismatch(self.wire, self._pool.shape(entry.num_tokens), self.config.preset)
-        if problem is None and manifest.aux_size != self._pool.aux_size:
+        pool = self.pool
+        problem = manifest.mismatch(self.wire, pool.shape(entry.num_tokens), self.config.preset)
+        if problem is None and manifest.aux_size != pool.aux_size:
             problem = f"aux of {manifest.aux_size} bytes, this server's metadata rows are different"
         if problem is not None:
             return self._fail(room, problem)
-        sizes = dict(enumerate(manifest.stream_sizes))
-        sizes[AUX_STREAM] = manifest.aux_size
-        problem = self.rooms.start_receiving(room, manifest, RequestAssembly(room, sizes))
+        entry.extra["segments"] = self.wire.segment_shapes(manifest.shape, manifest.segment_tokens)
+        assembly = SegmentedAssembly(room, manifest.segment_sizes(self.wire), manifest.aux_size)
+        problem = self.rooms.start_receiving(room, manifest, assembly)
         if problem is not None:
             return self._drop(room, problem)
         self._host.transferring(room)
@@ -232,29 +241,43 @@ class DecodeSide:
         except FrameError as exc:
             return self._fail(room, f"rejected frame: {exc}")
         self.rooms.progress(room)
-        if entry.state is RoomState.RECEIVING and assembly.ready((AUX_STREAM, 0)):
-            self._land_anchor(entry, assembly)
-        elif entry.state is RoomState.ANCHORED:
-            self._check_landed(entry, assembly)
-
-    def _check_landed(self, entry: Room, assembly: RequestAssembly) -> None:
-        if self.rooms.anchored(entry.room) and assembly.ready(assembly.streams):
+        if entry.state is RoomState.RECEIVING:
+            self._land_anchors(entry, assembly)
+        if self.rooms.anchored(entry.room) and assembly.all_ready:
             self.rooms.all_landed(entry.room, complete=self.wire.num_streams == 1)
             self.landed.set()
 
-    def _land_anchor(self, entry: Room, assembly: RequestAssembly) -> None:
-        """Write the anchor's values and the metadata into the room's slots, fenced; report Success."""
-        pool, manifest = self._pool, entry.manifest
-        with self.rooms.writing(entry.room) as allowed:
+    def _land_anchors(self, entry: Room, assembly: SegmentedAssembly) -> None:
+        """Write every segment whose anchor is whole into its slots; with the last one and the
+        metadata in, the request may start decoding: report Success."""
+        for k in range(assembly.num_segments):
+            if k not in assembly.anchors_written and assembly.anchor_ready(k):
+                if not self._write(entry, assembly, k):
+                    return
+        if len(assembly.anchors_written) == assembly.num_segments and assembly.aux_ready:
+            if self._write(entry, assembly, None) and self.rooms.anchored(entry.room):
+                self._host.succeed(entry.room)
+
+    def _write(self, entry: Room, assembly: SegmentedAssembly, segment: int | None) -> bool:
+        """Inside the room's write fence: one segment's anchor, or (None) the metadata, which
+        completes the anchor. False if the room may not be written any more."""
+        pool = self.pool
+        with self.rooms.writing(entry.room, final=segment is None) as allowed:
+            if allowed and segment is not None:
+                shape = entry.extra["segments"][segment]
+                index = pool.slot_index(_segment_slots(entry, shape))
+                anchor = as_tensor(assembly.buffer(segment, 0))
+                self.wire.write([anchor], shape, pool.k_buffers, pool.v_buffers, index)
+                assembly.anchors_written.add(segment)
+            elif allowed:
+                pool.write_aux(entry.aux_index, assembly.aux_buffer())
             if allowed:
-                anchor = as_tensor(assembly.buffer(0))
-                index = pool.slot_index(entry.slots)
-                self.wire.write([anchor], manifest.shape, pool.k_buffers, pool.v_buffers, index)
-                pool.write_aux(entry.aux_index, assembly.buffer(AUX_STREAM))
                 pool.synchronize()
-        if allowed and self.rooms.anchored(entry.room):
-            self._check_landed(entry, assembly)
-            self._host.succeed(entry.room)
+        return allowed
+
+
+def _segment_slots(entry: Room, shape) -> np.ndarray:
+    return entry.slots[shape.first_token : shape.first_token + shape.num_tokens]
 
 
 def as_tensor(buffer) -> torch.Tensor:

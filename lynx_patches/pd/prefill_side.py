@@ -18,7 +18,7 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -60,11 +60,27 @@ class PrefillHost(Protocol):
 
 
 @dataclass
+class _Outgoing:
+    """A room whose KV leaves segment by segment as the prefill computes it (scheduler thread)."""
+
+    total: int  # tokens the decode ranks reserved, exactly what must be sent
+    layout: list[tuple[int, int]]  # (first_token, num_tokens) of each segment
+    slots: list[np.ndarray] = field(default_factory=list)  # pool slots of the tokens computed so far
+    computed: int = 0
+    queued: int = 0  # segments handed to the encoder
+
+
+@dataclass
 class _Job:
+    """Encode and send one segment of a room (its manifest first, for segment 0), or with
+    `segment` None the request metadata, which completes the room."""
+
     room: int
-    pages: np.ndarray
-    num_tokens: int
-    aux_index: int
+    segment: int | None
+    first_token: int = 0
+    slots: np.ndarray | None = None
+    total: int = 0
+    aux_index: int = -1
 
 
 class PrefillSide:
@@ -78,7 +94,7 @@ class PrefillSide:
         self.refused: dict[str, str] = {}
         self._destinations: dict[int, dict[str, RoomMetadata]] = {}
         self._metadata_at: dict[int, float] = {}
-        self._chunks: dict[int, list[tuple[np.ndarray, int]]] = {}
+        self._outgoing: dict[int, _Outgoing] = {}
         self._claims: set[int] = set()
         self._encoding: set[int] = set()
         self._aborted: set[int] = set()
@@ -178,7 +194,7 @@ class PrefillSide:
         """Nothing more of the room is encoded or sent."""
         with self._lock:
             self._aborted.add(room)
-            self._chunks.pop(room, None)
+            self._outgoing.pop(room, None)
         self.sender.cancel(room)
 
     def purge(self) -> None:
@@ -207,7 +223,7 @@ class PrefillSide:
         """The sender ended: forget the room (queued bytes of it stay queued unless aborted)."""
         with self._lock:
             self._claims.discard(room)
-            self._chunks.pop(room, None)
+            self._outgoing.pop(room, None)
             self._destinations.pop(room, None)
             self._metadata_at.pop(room, None)
             self._aborted.discard(room)
@@ -218,22 +234,42 @@ class PrefillSide:
             return room in self._encoding
 
     def add_chunk(self, room: int, pages, is_last: bool, aux_index, num_tokens) -> None:
-        """Called by SGLang's sender for each prefilled chunk."""
+        """Called by SGLang's sender for each prefilled chunk: queue every segment it completes."""
         pages = np.asarray(pages, dtype=np.int64)
+        page_size = self.pool.page_size
+        count = len(pages) * page_size if num_tokens is None else int(num_tokens)
+        jobs, problem = [], None
         with self._lock:
-            if room not in self._destinations or room in self._aborted:
+            dests = [m for m in self._destinations.get(room, {}).values() if not m.is_dummy]
+            if not dests or room in self._aborted:
                 return
-            count = len(pages) * self._pool_page_size() if num_tokens is None else int(num_tokens)
-            self._chunks.setdefault(room, []).append((pages, count))
-            if not is_last:
-                return
-            chunks = self._chunks.pop(room)
-        pages = np.concatenate([p for p, _ in chunks]) if chunks else np.empty(0, dtype=np.int64)
-        self._jobs.put(_Job(room, pages, sum(n for _, n in chunks), aux_index))
+            out = self._outgoing.get(room)
+            if out is None:
+                total = dests[0].num_tokens
+                out = self._outgoing[room] = _Outgoing(total, self.wire.segments(total, self.config.segment_tokens))
+            out.slots.append(page_slots(pages, page_size, count))
+            out.computed += count
+            if out.computed > out.total or (is_last and out.computed != out.total):
+                problem = f"the decode ranks reserved {out.total} tokens, this prefill has {out.computed} to send"
+            while problem is None and out.queued < len(out.layout) and sum(out.layout[out.queued]) <= out.computed:
+                first, tokens = out.layout[out.queued]
+                slots = np.concatenate(out.slots)[first : first + tokens]
+                jobs.append(_Job(room, out.queued, first, slots, out.total))
+                out.queued += 1
+            if is_last or problem is not None:
+                self._outgoing.pop(room, None)
+        if problem is not None:
+            self._host.fail(room, problem, self._targets(room))
+            return
+        if is_last:
+            jobs.append(_Job(room, None, aux_index=aux_index))
+        for job in jobs:
+            self._jobs.put(job)
 
-    def _pool_page_size(self) -> int:
+    @property
+    def pool(self) -> PoolView:
         self._pool_ready.wait()
-        return self._pool.page_size
+        return self._pool
 
     # --- encoder thread ---------------------------------------------------------------------
 
@@ -263,37 +299,43 @@ class PrefillSide:
                 return
             self._encoding.add(job.room)
         try:
-            for meta in dests:
-                if meta.num_tokens != job.num_tokens:
-                    raise ControlError(
-                        f"decode {meta.session_id} reserved {meta.num_tokens} tokens, this prefill has "
-                        f"{job.num_tokens} to send"
-                    )
-            self._pool_ready.wait()
-            pool = self._pool
-            shape = pool.shape(job.num_tokens)
-            index = pool.slot_index(page_slots(job.pages, pool.page_size, job.num_tokens))
-            streams = self.wire.encode(pool.k_buffers, pool.v_buffers, index)
-            aux = pool.read_aux(job.aux_index)
+            pool = self.pool
+            if job.segment is None:
+                aux = pool.read_aux(job.aux_index)
+            else:
+                shape = pool.shape(job.total).segment(job.first_token, len(job.slots))
+                streams = self.wire.encode(pool.k_buffers, pool.v_buffers, pool.slot_index(job.slots), job.first_token)
         finally:
             with self._lock:
                 self._encoding.discard(job.room)
                 aborted = job.room in self._aborted
-                self._lock.notify_all()
         if aborted:
             return
-        manifest = Manifest(
-            job.room, self.wire.mode, self.config.preset, shape.num_layers, shape.num_tokens, shape.kv_heads,
-            shape.head_dim, dtype_name(shape.dtype), tuple(int(s.numel()) for s in streams), len(aux),
-        )  # fmt: skip
-        bounds = self.wire.layer_bounds(shape)
         for meta in dests:
             key = transfer_key(self._secret, meta.nonce)
-            self.sender.submit_message(meta.data_endpoint, job.room, manifest.seal(key))
-            self.sender.submit(meta.data_endpoint, job.room, AUX_STREAM, aux, key=key)
-            for stream_id, (data, layer_bounds) in enumerate(zip(streams, bounds)):
-                self.sender.submit(meta.data_endpoint, job.room, stream_id, data.numpy(), layer_bounds, key=key)
-        self._host.succeed(job.room)
+            if job.segment is None:
+                self.sender.submit(meta.data_endpoint, job.room, AUX_STREAM, aux, key=key)
+                continue
+            if job.segment == 0:
+                self.sender.submit_message(meta.data_endpoint, job.room, self._manifest(job).seal(key))
+            bounds = self.wire.layer_bounds(shape)
+            for stream, (data, layer_bounds) in enumerate(zip(streams, bounds)):
+                self.sender.submit(
+                    meta.data_endpoint, job.room, stream, data.numpy(), layer_bounds, key=key, segment=job.segment
+                )
+        if job.segment is None:
+            self._host.succeed(job.room)
+
+    def _manifest(self, job: _Job) -> Manifest:
+        """The room's announcement: its whole shape and segmentation."""
+        pool, segment_tokens = self.pool, self.config.segment_tokens
+        shape = pool.shape(job.total)
+        parts = self.wire.segment_shapes(shape, segment_tokens)
+        sizes = tuple(map(sum, zip(*(self.wire.stream_sizes(part) for part in parts))))
+        return Manifest(
+            job.room, self.wire.mode, self.config.preset, shape.num_layers, shape.num_tokens, shape.kv_heads,
+            shape.head_dim, dtype_name(shape.dtype), sizes, pool.aux_size, segment_tokens,
+        )  # fmt: skip
 
     def _on_send_error(self, room: int, message: str) -> None:
         logger.error("Lynx prefill: room %s: %s", room, message)

@@ -48,6 +48,9 @@ class LynxConfig:
             without a decode server).
         max_speculative_tokens: ``lynx`` mode, decode side: tokens a request
             may generate on the anchor before it waits for its residual.
+        segment_tokens: prefill side: a prompt's KV is encoded and sent in
+            segments of this many tokens, each as soon as the (chunked)
+            prefill has computed it; 0 sends it whole after the last chunk.
     """
 
     mode: str = "lynx"
@@ -63,6 +66,7 @@ class LynxConfig:
     mooncake_device: str = ""
     loopback: bool = False
     max_speculative_tokens: int = 16
+    segment_tokens: int = 512
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -89,6 +93,10 @@ class LynxConfig:
             raise ValueError(
                 f"--lynx-mooncake-protocol must be one of {', '.join(MOONCAKE_PROTOCOLS)}; got {self.mooncake_protocol!r}"
             )
+        try:
+            self.wire.segments(0, self.segment_tokens)
+        except ValueError as exc:
+            raise ValueError(f"--lynx-segment-tokens: {exc}") from None
         if not (math.isfinite(self.transfer_timeout) and self.transfer_timeout > 0):
             raise ValueError(f"--lynx-transfer-timeout must be > 0 seconds; got {self.transfer_timeout}")
 
@@ -177,6 +185,13 @@ def options() -> tuple[OptionDoc, ...]:
             "N",
             "lynx mode, decode server: tokens a request may generate on the anchor "
             "before it waits for its residual (0 = no speculation).",
+            type=int,
+        ),
+        OptionDoc(
+            "segment_tokens",
+            "N",
+            "Prefill server: encode and send a prompt's KV in segments of N tokens, each as soon "
+            "as the chunked prefill has computed it (a multiple of 64; 0 = whole, after the last chunk).",
             type=int,
         ),
         OptionDoc(

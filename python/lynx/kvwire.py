@@ -12,12 +12,18 @@ this shape, so they go through the same transport and compare fairly:
 
 ``int8`` mode carries exactly the bytes of ``lynx`` mode with the ``int8``
 preset, joined, so once the residual has landed their KV is bit-identical.
+
+A long prompt's KV may travel in **segments** (`WireFormat.segments`), each
+encoded as soon as the prefill has computed it. Segment boundaries fall on the
+codec's key groups (after the sink tokens), and only the first segment holds
+the sink tokens, so the segments decode to exactly what one whole encoding
+decodes to.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 
 import torch
@@ -27,20 +33,29 @@ from lynx.codec.pool import gather_encode, scatter_decode, scatter_upgrade
 
 @dataclass(frozen=True)
 class KVShape:
-    """Shape of one request's KV: per layer, K and V are ``[num_tokens, kv_heads, head_dim]``."""
+    """Shape of (a segment of) one request's KV: per layer, K and V are ``[num_tokens, kv_heads, head_dim]``.
+
+    ``first_token`` is the position of the segment's first token within the
+    transfer (0 for a whole request).
+    """
 
     num_layers: int
     num_tokens: int
     kv_heads: int
     head_dim: int
     dtype: torch.dtype
+    first_token: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("num_layers", "num_tokens", "kv_heads", "head_dim"):
+        for name in ("num_layers", "num_tokens", "kv_heads", "head_dim", "first_token"):
             value = getattr(self, name)
-            smallest = 0 if name == "num_tokens" else 1  # 0: the receiver already held the whole prompt
+            smallest = 0 if name in ("num_tokens", "first_token") else 1  # 0 tokens: all already held
             if not isinstance(value, int) or value < smallest:
                 raise ValueError(f"{name} must be an int >= {smallest}, got {value!r}")
+
+    def segment(self, first_token: int, num_tokens: int) -> KVShape:
+        """The shape of tokens ``[first_token, first_token + num_tokens)`` of this KV."""
+        return replace(self, num_tokens=num_tokens, first_token=first_token)
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,24 @@ class WireFormat:
     def num_streams(self) -> int:
         return 1 if self.spec is None or self.joined else self.spec.num_stages
 
+    def segments(self, num_tokens: int, segment_tokens: int) -> list[tuple[int, int]]:
+        """``(first_token, num_tokens)`` of each segment of a `num_tokens`-token transfer.
+
+        Boundaries fall at ``sink_tokens + k * segment_tokens``; `segment_tokens`
+        (0: one segment) must be a multiple of the codec's key group.
+        """
+        sinks, group = (0, 1) if self.spec is None else (self.spec.sink_tokens, self.spec.key_group_tokens)
+        if not isinstance(segment_tokens, int) or segment_tokens < 0 or segment_tokens % group:
+            raise ValueError(f"segment_tokens must be 0 or a positive multiple of {group}, got {segment_tokens!r}")
+        if segment_tokens == 0 or num_tokens <= sinks + segment_tokens:
+            return [(0, num_tokens)]
+        bounds = [0, *range(sinks + segment_tokens, num_tokens, segment_tokens), num_tokens]
+        return [(start, end - start) for start, end in zip(bounds, bounds[1:])]
+
+    def segment_shapes(self, shape: KVShape, segment_tokens: int) -> list[KVShape]:
+        """The shape of each segment of `shape`'s tokens (see `segments`)."""
+        return [shape.segment(first, count) for first, count in self.segments(shape.num_tokens, segment_tokens)]
+
     def layer_stream_bytes(self, shape: KVShape) -> tuple[int, ...]:
         """Bytes of each stream for one layer."""
         if shape.num_tokens == 0:
@@ -96,16 +129,20 @@ class WireFormat:
         k_pools: Sequence[torch.Tensor],
         v_pools: Sequence[torch.Tensor],
         token_indices: torch.Tensor,
+        first_token: int = 0,
     ) -> list[torch.Tensor]:
-        """Read a request's KV from per-layer pools and return its streams.
+        """Read a request's KV (or one segment of it) from per-layer pools and return its streams.
 
         Args:
             k_pools, v_pools: per layer ``[pool_size, kv_heads, head_dim]``.
             token_indices: int64 ``[num_tokens]`` slots of the request.
+            first_token: position of the first slot's token in the transfer
+                (a segment's start, see `segments`).
 
         Returns:
             One 1-D uint8 tensor per stream, layers concatenated in order.
         """
+        spec = self._spec(first_token)
         if len(token_indices) == 0:
             return [torch.empty(0, dtype=torch.uint8) for _ in range(self.num_streams)]
         per_stream: list[list[torch.Tensor]] = [[] for _ in range(self.num_streams)]
@@ -114,7 +151,7 @@ class WireFormat:
                 layer = [_raw(k_pool[token_indices]), _raw(v_pool[token_indices])]
                 per_stream[0].append(torch.cat(layer))
                 continue
-            encoded = gather_encode(k_pool, v_pool, token_indices, self.spec)
+            encoded = gather_encode(k_pool, v_pool, token_indices, spec)
             layer = [torch.cat(encoded.streams)] if self.joined else encoded.streams
             for stream, data in zip(per_stream, layer, strict=True):
                 stream.append(data)
@@ -177,11 +214,20 @@ class WireFormat:
         if self.joined:
             parts = list(parts[0].split(self._codec_stream_bytes(shape)))
         return EncodedKV.from_streams(
-            parts, self.spec, shape.num_tokens, shape.kv_heads, shape.head_dim, shape.dtype
+            parts, self._spec(shape.first_token), shape.num_tokens, shape.kv_heads, shape.head_dim, shape.dtype
         )
 
     def _codec_stream_bytes(self, shape: KVShape) -> tuple[int, ...]:
-        return self.spec.stream_bytes(shape.num_tokens, shape.kv_heads, shape.head_dim, shape.dtype)
+        spec = self._spec(shape.first_token)
+        return spec.stream_bytes(shape.num_tokens, shape.kv_heads, shape.head_dim, shape.dtype)
+
+    def _spec(self, first_token: int) -> CodecSpec | None:
+        """The codec of a segment starting at `first_token`: only the first one holds the sinks."""
+        if self.spec is None or first_token == 0:
+            return self.spec
+        if first_token < self.spec.sink_tokens:
+            raise ValueError(f"a segment may not start inside the {self.spec.sink_tokens} sink tokens ({first_token})")
+        return replace(self.spec, sink_tokens=0)
 
 
 def _raw(tensor: torch.Tensor) -> torch.Tensor:

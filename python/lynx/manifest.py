@@ -21,10 +21,13 @@ from lynx.kvwire import KVShape, WireFormat
 from lynx.transfer.frames import sign, verify
 
 MANIFEST_TAG = b"LYNX_MANIFEST"
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
 MAX_MANIFEST_BYTES = 4096
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-_INT_FIELDS = ("room", "num_layers", "num_tokens", "kv_heads", "head_dim", "aux_size", "version", "format_version")
+_INT_FIELDS = (
+    "room", "num_layers", "num_tokens", "kv_heads", "head_dim", "aux_size", "segment_tokens", "version",
+    "format_version",
+)  # fmt: skip
 
 
 class ManifestError(ValueError):
@@ -48,8 +51,10 @@ class Manifest:
         room: the request's bootstrap room (transfer id).
         mode, preset: the sender's `--lynx-mode` and `--lynx-preset`.
         num_layers, num_tokens, kv_heads, head_dim, dtype: the KV shape.
-        stream_sizes: bytes of each KV stream, anchor first.
+        stream_sizes: bytes of each KV stream, anchor first, over all segments.
         aux_size: bytes of the request metadata (first token etc.).
+        segment_tokens: the tokens travel in segments of this many tokens
+            (`lynx.kvwire.WireFormat.segments`); 0 = one segment.
         version, format_version: the manifest's and the codec's wire versions.
     """
 
@@ -63,6 +68,7 @@ class Manifest:
     dtype: str
     stream_sizes: tuple[int, ...]
     aux_size: int
+    segment_tokens: int = 0
     version: int = MANIFEST_VERSION
     format_version: int = FORMAT_VERSION
 
@@ -131,9 +137,17 @@ class Manifest:
             return f"KV layout differs: prefill (layers, heads, head_dim, dtype) {theirs}, decode {mine}"
         if self.num_tokens != expected.num_tokens:
             return f"{self.num_tokens} tokens announced, {expected.num_tokens} slots reserved"
-        if self.stream_sizes != wire.stream_sizes(self.shape):
+        try:
+            segments = self.segment_sizes(wire)
+        except ValueError as exc:
+            return f"bad segmentation: {exc}"
+        if self.stream_sizes != tuple(map(sum, zip(*segments))):
             return f"stream sizes {self.stream_sizes} do not match {self.mode} for this shape"
         return None
+
+    def segment_sizes(self, wire: WireFormat) -> list[tuple[int, ...]]:
+        """Per segment, the byte size of each of its streams."""
+        return [wire.stream_sizes(part) for part in wire.segment_shapes(self.shape, self.segment_tokens)]
 
 
 def manifest_room(parts: list[bytes]) -> int | None:

@@ -105,3 +105,35 @@ def test_a_prompt_the_receiver_already_holds_sends_empty_streams(mode):
     before = [t.clone() for t in k + v]
     wire.write(streams, shape, k, v, torch.empty(0, dtype=torch.int64))
     assert all(torch.equal(a, b) for a, b in zip(before, k + v))
+
+
+@pytest.mark.parametrize("mode", ["bf16", "int8", "int4", "lynx"])
+def test_segments_decode_exactly_like_one_whole_encoding(mode):
+    wire = WireFormat.for_mode(mode, "int8")
+    src_k, src_v = _pools(11)
+    tokens = 290
+    src, dst = _slots(tokens, 12), _slots(tokens, 13)
+    shape = KVShape(LAYERS, tokens, HEADS, DIM, torch.bfloat16)
+    whole_k, whole_v = _pools(14)
+    wire.write(wire.encode(src_k, src_v, src), shape, whole_k, whole_v, dst)
+    pieces = wire.segments(tokens, 128)
+    assert len(pieces) == 3 and sum(n for _, n in pieces) == tokens
+    seg_k, seg_v = _pools(14)
+    for first, count in pieces:
+        part = shape.segment(first, count)
+        streams = wire.encode(src_k, src_v, src[first : first + count], first_token=first)
+        assert [int(s.numel()) for s in streams] == list(wire.stream_sizes(part))
+        wire.write(streams, part, seg_k, seg_v, dst[first : first + count])
+    for layer in range(LAYERS):
+        assert torch.equal(seg_k[layer][dst], whole_k[layer][dst])
+        assert torch.equal(seg_v[layer][dst], whole_v[layer][dst])
+
+
+def test_segment_boundaries_follow_the_sinks_and_the_key_groups():
+    wire = WireFormat.for_mode("lynx", "int8")
+    sinks = wire.spec.sink_tokens
+    assert wire.segments(1000, 0) == [(0, 1000)]
+    assert wire.segments(100, 128) == [(0, 100)]
+    assert wire.segments(300, 128) == [(0, sinks + 128), (sinks + 128, 128), (sinks + 256, 300 - sinks - 256)]
+    with pytest.raises(ValueError, match="multiple of 64"):
+        wire.segments(300, 100)

@@ -29,12 +29,12 @@ class FakePool:
     """Per-layer bf16 K/V tensors and metadata rows, with their `PoolView` (page size 1)."""
 
     seed: int = 0
-    aux: np.ndarray = field(default_factory=lambda: np.zeros((4, sum(AUX_LENS)), dtype=np.uint8))
+    slots: int = SLOTS
 
     def __post_init__(self) -> None:
         g = torch.Generator().manual_seed(self.seed)
-        self.k = [torch.randn(SLOTS, HEADS, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
-        self.v = [torch.randn(SLOTS, HEADS, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
+        self.k = [torch.randn(self.slots, HEADS, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
+        self.v = [torch.randn(self.slots, HEADS, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
         self.aux_rows = [np.zeros((4, n), dtype=np.uint8) for n in AUX_LENS]
         ptrs = tuple(row.ctypes.data_as(ctypes.c_void_p).value for row in self.aux_rows)
         self.view = PoolView(tuple(self.k), tuple(self.v), 1, ptrs, AUX_LENS)

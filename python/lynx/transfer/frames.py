@@ -3,8 +3,8 @@
 One frame is a two-part message ``[header_bytes, payload]``. ``header_bytes``
 is ``HEADER_STRUCT`` (network byte order: magic ``b"LYNX"``, version u8,
 room u64, stream u8, chunk_index u32, num_chunks u32, offset u64, length u32,
-layer_start u16, layer_end u16; 38 bytes) followed by a 16-byte BLAKE2b MAC
-over those 38 bytes and the payload. With an empty key the MAC is an unkeyed
+layer_start u16, layer_end u16, segment u16; 40 bytes) followed by a 16-byte
+BLAKE2b MAC over those 40 bytes and the payload. With an empty key the MAC is an unkeyed
 checksum: it catches corruption, not forgery.
 """
 
@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 from lynx.transfer.keys import root_key
 
-FRAME_VERSION = 1
+FRAME_VERSION = 2
 MAGIC = b"LYNX"
 AUX_STREAM = 255
 MAX_STAGES = 16
 MAC_BYTES = 16
-HEADER_STRUCT = struct.Struct("!4sBQBIIQIHH")
+HEADER_STRUCT = struct.Struct("!4sBQBIIQIHHH")
 HEADER_BYTES = HEADER_STRUCT.size + MAC_BYTES
 
 _ROOM_START, _ROOM_END = len(MAGIC) + 1, len(MAGIC) + 9
@@ -81,6 +81,8 @@ class FrameHeader:
         length: payload bytes (u32).
         layer_start, layer_end: half-open range of model layers whose bytes
             this chunk overlaps (u16 each); ``(0, 0)`` when not known.
+        segment: which segment of the request's tokens the stream belongs
+            to (u16; see `lynx.kvwire.WireFormat.segments`).
         version: wire format version.
     """
 
@@ -92,6 +94,7 @@ class FrameHeader:
     length: int
     layer_start: int
     layer_end: int
+    segment: int = 0
     version: int = FRAME_VERSION
 
     def __post_init__(self) -> None:
@@ -104,6 +107,7 @@ class FrameHeader:
             ("length", _U32),
             ("layer_start", _U16),
             ("layer_end", _U16),
+            ("segment", _U16),
             ("version", 255),
         ):
             value = getattr(self, name)
@@ -117,10 +121,10 @@ class FrameHeader:
             raise ValueError(f"layer range [{self.layer_start}, {self.layer_end}) is reversed")
 
     def pack(self) -> bytes:
-        """The 38 header-field bytes (without the MAC)."""
+        """The 40 header-field bytes (without the MAC)."""
         return HEADER_STRUCT.pack(
             MAGIC, self.version, self.room, self.stream, self.chunk_index, self.num_chunks,
-            self.offset, self.length, self.layer_start, self.layer_end,
+            self.offset, self.length, self.layer_start, self.layer_end, self.segment,
         )
 
 

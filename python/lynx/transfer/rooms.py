@@ -190,12 +190,13 @@ class RoomTable:
                 entry.deadline = self.clock() + self.timeout
 
     @contextmanager
-    def writing(self, room: int) -> Iterator[bool]:
-        """Fence an anchor write: yields True if the room may be written (it was RECEIVING).
+    def writing(self, room: int, final: bool = True) -> Iterator[bool]:
+        """Fence a write into the room's slots: yields True if the room may be written (it is RECEIVING).
 
-        While inside, `close` waits and `fail` only marks the room; on exit the
-        room is ANCHORED (LANDED if every stream is in), or FAILED if a failure
-        was recorded meanwhile. Use `landed_after_write` to learn which.
+        While inside, `close` waits and `fail` only marks the room. On exit the
+        room is ANCHORED if this was its `final` anchor write (else RECEIVING
+        again, for the next segment), or FAILED if a failure was recorded
+        meanwhile (`anchored` tells).
         """
         with self._cond:
             entry = self._rooms.get(room)
@@ -209,9 +210,11 @@ class RoomTable:
                 with self._cond:
                     if entry.failure is not None:
                         entry.state = RoomState.FAILED
-                    else:
+                    elif final:
                         entry.timings["anchor_ready_s"] = self.clock() - entry.since
                         entry.state = RoomState.ANCHORED
+                    else:
+                        entry.state = RoomState.RECEIVING
                     self._cond.notify_all()
 
     def anchored(self, room: int) -> bool:

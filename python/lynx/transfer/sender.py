@@ -168,6 +168,7 @@ class PrioritySender:
         data,
         layer_bounds: Sequence[int] | None = None,
         key: bytes | None = None,
+        segment: int = 0,
     ) -> None:
         """Queue one stream of one request for ``endpoint``.
 
@@ -178,6 +179,7 @@ class PrioritySender:
                 the stream, ``[0, b1, ..., len(data)]``; each frame then
                 carries the layer range it overlaps (``(0, 0)`` without).
             key: the MAC key of this stream's frames (default: the sender's).
+            segment: the segment of the request's tokens this stream belongs to.
 
         Raises:
             ValueError: bad arguments, or the stream alone exceeds ``max_inflight_bytes``.
@@ -197,7 +199,7 @@ class PrioritySender:
         frames = []
         for index, (offset, length) in enumerate(spans):
             layers = layers_of_span(offset, length, layer_bounds) if layer_bounds is not None else (0, 0)
-            header = FrameHeader(room, stream, index, len(spans), offset, length, *layers)
+            header = FrameHeader(room, stream, index, len(spans), offset, length, *layers, segment=segment)
             frames.append((encode_frame(header, view[offset : offset + length], self._key if key is None else key), length))
         deadline = time.monotonic() + self._submit_timeout_s
         with self._cond:

@@ -10,6 +10,7 @@ from lynx.transfer.frames import (
     AUX_STREAM,
     FRAME_VERSION,
     HEADER_BYTES,
+    HEADER_STRUCT,
     FrameAuthError,
     FrameError,
     FrameHeader,
@@ -145,8 +146,8 @@ def test_signed_header_with_chunk_index_past_num_chunks_is_malformed():
     header = make_header(num_chunks=2, chunk_index=1)
     head = bytearray(encode_frame(header, b"abcd", b"")[0])
     head[14:18] = (5).to_bytes(4, "big")
-    fields = bytes(head[:38])
-    head[38:] = hashlib.blake2b(fields + b"abcd", digest_size=16, person=b"lynx-frame").digest()
+    fields = bytes(head[: HEADER_STRUCT.size])
+    head[HEADER_STRUCT.size :] = hashlib.blake2b(fields + b"abcd", digest_size=16, person=b"lynx-frame").digest()
     with pytest.raises(MalformedFrame, match="chunk_index 5"):
         decode_frame([bytes(head), b"abcd"], b"", max_payload=4)
 
@@ -199,7 +200,7 @@ def test_sign_verifies_only_the_same_fields_and_key():
 def test_control_tags_cannot_pass_as_frame_macs():
     header = make_header()
     head = encode_frame(header, b"abcd", KEY)[0]
-    forged = head[:38] + sign(KEY, head[:38] + b"abcd")
+    forged = head[: HEADER_STRUCT.size] + sign(KEY, head[: HEADER_STRUCT.size] + b"abcd")
     with pytest.raises(FrameAuthError):
         decode_frame([forged, b"abcd"], KEY, max_payload=4)
 
@@ -214,3 +215,11 @@ def test_peek_room_reads_the_unverified_room_of_rejected_frames():
     assert peek_room([parts[0][:12], b""]) is None
     assert peek_room([b"XXXX" + parts[0][4:], b""]) is None
     assert peek_room([]) is None
+
+
+def test_the_segment_travels_in_the_signed_header():
+    header = make_header(segment=513)
+    decoded, _ = decode_frame(wire(encode_frame(header, b"abcd", KEY)), KEY, max_payload=4)
+    assert decoded.segment == 513 and decoded == header
+    with pytest.raises(ValueError, match="segment"):
+        make_header(segment=1 << 16)

@@ -90,8 +90,9 @@ def test_anchor_lands_in_the_slots_then_the_residual_waits_for_the_scheduler(lyn
     assert bytes(np.concatenate(target.aux_rows, axis=1)[1]) == AUX
     deliver(side, frames[1])
     assert side.landed.is_set() and side.rooms.state(ROOM) is RoomState.LANDED
-    room = side.rooms.take_landed(ROOM)
-    assert room.assembly.ready(room.assembly.streams) and side.rooms.take_landed(ROOM) is None
+    assert side.apply_residual(ROOM) and side.rooms.state(ROOM) is RoomState.COMPLETE
+    assert all(torch.equal(a, b) for a, b in zip(target.snapshot(DST), expected_kv(side, 2)))
+    assert not side.apply_residual(ROOM)
 
 
 def test_one_stream_mode_is_complete_at_the_anchor_and_released_by_the_receiver(clock):
@@ -115,7 +116,7 @@ def test_a_replayed_manifest_after_the_residual_landed_changes_nothing(lynx_side
     deliver(side, [manifest.seal(key)] + frames[255] + frames[0] + frames[1])
     deliver(side, [manifest.seal(key)])
     assert side.rooms.state(ROOM) is RoomState.LANDED and side.dropped == 1
-    assert side.rooms.take_landed(ROOM) is not None and host.failures == []
+    assert side.apply_residual(ROOM) and host.failures == []
 
 
 def test_a_manifest_for_fewer_tokens_than_reserved_fails_the_room(lynx_side):
@@ -226,7 +227,7 @@ def test_a_lost_prefill_fails_its_rooms_but_not_completed_ones(lynx_side):
     reserve(side, room=7, slots=range(0, 20))
     manifest, frames = messages(side, key)
     deliver(side, [manifest.seal(key)] + frames[255] + frames[0] + frames[1])
-    side.rooms.take_landed(ROOM)
+    side.apply_residual(ROOM)
     side.fail_peer("prefill-a", "lost connection")
     assert host.failures == [(7, "lost connection")]
     assert side.rooms.state(ROOM) is RoomState.COMPLETE

@@ -99,9 +99,9 @@ def test_a_token_count_other_than_the_decode_reservation_fails_the_room(side):
     side.on_registration(registration(), AUX_LENS)
     side.on_metadata(metadata(tokens=21))
     side.claim(9)
-    side._run(prefill_side._Job(9, np.arange(10, 30), 20, 2))
+    side.add_chunk(9, np.arange(10, 30), True, 2, 20)
     (room, reason), = side.host.failures
-    assert "reserved 21 tokens" in reason and side.transport.sent == []
+    assert "reserved 21 tokens, this prefill has 20" in reason and side.transport.sent == []
 
 
 def test_an_abort_while_encoding_holds_the_pages_and_nothing_is_sent(side, monkeypatch):
@@ -117,7 +117,7 @@ def test_an_abort_while_encoding_holds_the_pages_and_nothing_is_sent(side, monke
         return encode(*args)
 
     monkeypatch.setattr(type(side.wire), "encode", lambda self, *args: slow_encode(*args))
-    job = prefill_side._Job(9, np.arange(10, 30), 20, 2)
+    job = prefill_side._Job(9, 0, 0, np.arange(10, 30), 20)
     encoder = threading.Thread(target=side._send, args=(job,))
     encoder.start()
     assert reading.wait(10)

@@ -1,0 +1,132 @@
+"""A prefill side and a decode side wired through a recording transport: KV sent per segment
+while the prefill is still computing lands exactly what one whole transfer lands."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from pd_fakes import AUX_LENS, SECRET, DecodeHost, FakePool, PrefillHost, config, wait_for
+
+from lynx.manifest import wire_version
+from lynx.transfer.frames import HEADER_STRUCT
+from lynx.transfer.rooms import RoomState
+from lynx.transfer.transport import Transport
+from lynx_patches.pd.control import DecodeRegistration, RoomMetadata
+from lynx_patches.pd.decode_side import DecodeSide
+from lynx_patches.pd.prefill_side import PrefillSide
+
+ROOM, TOKENS = 77, 150
+SRC, DST = np.arange(0, TOKENS), np.arange(200, 200 + TOKENS)
+
+
+class Recorder(Transport):
+    def __init__(self):
+        self.sent = []
+
+    def send(self, endpoint, parts):
+        self.sent.append([bytes(p) for p in parts])
+
+    def close(self):
+        pass
+
+
+class Pair:
+    """A prefill side whose messages are handed to a decode side on `deliver()`."""
+
+    def __init__(self, segment_tokens: int):
+        self.config = config(mode="lynx", segment_tokens=segment_tokens)
+        self.source, self.target = FakePool(seed=0, slots=400), FakePool(seed=1, slots=400)
+        self.decode_host, self.prefill_host = DecodeHost(), PrefillHost()
+        self.decode = DecodeSide(self.config, SECRET, self.decode_host, "127.0.0.1")
+        self.decode.attach(self.target.view)
+        self.prefill = PrefillSide(self.config, SECRET, self.prefill_host, "127.0.0.1")
+        self.prefill.transport.close()
+        self.prefill.transport = self.prefill.sender._transport = Recorder()
+        self.prefill.attach(self.source.view)
+        assert self.decode.claim(ROOM)
+        nonce = self.decode.reserve(ROOM, DST, 1, 0.0, "prefill")
+        registration = DecodeRegistration("127.0.0.1", 5000, "s", 0, 1, AUX_LENS, wire_version(), 1)
+        self.prefill.on_registration(registration, AUX_LENS)
+        endpoint = self.decode.data_endpoint
+        self.prefill.on_metadata(RoomMetadata(ROOM, "127.0.0.1", 5000, "s", 1, False, 0, TOKENS, nonce, endpoint))
+        assert self.prefill.claim(ROOM)
+        self.prefill.start()
+
+    def chunk(self, start: int, end: int, last: bool) -> None:
+        self.prefill.add_chunk(ROOM, SRC[start:end], last, 2, end - start)
+        assert wait_for(lambda: self.prefill._jobs.empty() and not self.prefill.busy(ROOM))
+        assert self.prefill.sender.wait_idle(30)
+
+    def deliver(self) -> None:
+        sent, self.prefill.transport.sent[:] = list(self.prefill.transport.sent), []
+        for parts in sent:
+            self.decode._on_message(parts)
+
+    def close(self) -> None:
+        self.prefill.close()
+        self.decode.close()
+
+
+def _stream_and_segment(parts) -> tuple[int, int] | None:
+    """A frame's (stream, segment), read from its header; None for other messages."""
+    if len(parts) != 2 or parts[0][:4] != b"LYNX":
+        return None
+    fields = HEADER_STRUCT.unpack(parts[0][: HEADER_STRUCT.size])
+    return fields[3], fields[-1]
+
+
+def whole_transfer(streams_used: int) -> list[torch.Tensor]:
+    """The destination slots after one whole (unsegmented) transfer of the same KV."""
+    source, target = FakePool(seed=0, slots=400), FakePool(seed=1, slots=400)
+    wire = config(mode="lynx").wire
+    streams = wire.encode(source.k, source.v, torch.from_numpy(SRC))
+    wire.write(streams[:streams_used], source.view.shape(TOKENS), target.k, target.v, torch.from_numpy(DST))
+    return target.snapshot(DST)
+
+
+@pytest.fixture
+def pair():
+    made = Pair(segment_tokens=64)
+    yield made
+    made.close()
+
+
+def test_each_segment_is_written_as_soon_as_its_anchor_lands_and_decoding_waits_for_the_last(pair):
+    before = pair.target.snapshot(DST)
+    pair.chunk(0, 100, last=False)  # completes segment 0 (tokens 0..67): its anchor travels now
+    pair.deliver()
+    after = pair.target.snapshot(DST)
+    changed = [int((a != b).any(dim=(1, 2)).nonzero().max()) + 1 for a, b in zip(after, before)]
+    assert max(changed) == 68, "only segment 0's slots may hold KV yet"
+    assert pair.decode_host.succeeded == [] and pair.decode.rooms.state(ROOM) is RoomState.RECEIVING
+    pair.chunk(100, TOKENS, last=True)
+    pair.deliver()
+    assert pair.decode_host.succeeded == [ROOM] and pair.prefill_host.succeeded == [ROOM]
+    assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(1)))
+    assert pair.decode.rooms.state(ROOM) is RoomState.LANDED
+    assert pair.decode.apply_residual(ROOM)
+    assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(2)))
+
+
+def test_residual_segments_are_applied_one_by_one_as_they_land(pair):
+    pair.chunk(0, TOKENS, last=True)
+    sent = list(pair.prefill.transport.sent)
+    held = [m for m in sent if _stream_and_segment(m) in ((1, 0), (1, 2))]  # residuals but segment 1's
+    for parts in sent:
+        if parts not in held:
+            pair.decode._on_message(parts)
+    assert pair.decode.rooms.state(ROOM) is RoomState.ANCHORED
+    assert not pair.decode.apply_residual(ROOM)
+    applied = pair.decode.rooms.get(ROOM).assembly.residuals_applied
+    assert applied == {1}
+    for parts in held:
+        pair.decode._on_message(parts)
+    assert pair.decode.apply_residual(ROOM)
+    assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(2)))
+
+
+def test_more_tokens_than_reserved_fail_the_room_on_both_sides(pair):
+    pair.prefill.add_chunk(ROOM, np.arange(0, TOKENS + 1), True, 2, TOKENS + 1)
+    (room, reason), = pair.prefill_host.failures
+    assert room == ROOM and "reserved 150 tokens, this prefill has 151" in reason
