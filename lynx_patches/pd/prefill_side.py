@@ -81,6 +81,7 @@ class _Job:
     slots: np.ndarray | None = None
     total: int = 0
     aux_index: int = -1
+    last_of_batch: bool = True  # the jobs one prefill chunk completed are a batch (see `_send`)
 
 
 class PrefillSide:
@@ -100,6 +101,7 @@ class PrefillSide:
         self._aborted: set[int] = set()
         self._lock = threading.Condition()
         self._jobs: queue.Queue[_Job] = queue.Queue()
+        self._held: list[tuple] = []  # residual submissions of the batch being encoded (encoder thread)
         self._pool: PoolView | None = None
         self._pool_ready = threading.Event()
         self.transport = make_transport(config, secret, address)
@@ -263,7 +265,8 @@ class PrefillSide:
             return
         if is_last:
             jobs.append(_Job(room, None, aux_index=aux_index))
-        for job in jobs:
+        for index, job in enumerate(jobs):
+            job.last_of_batch = index == len(jobs) - 1
             self._jobs.put(job)
 
     @property
@@ -288,11 +291,28 @@ class PrefillSide:
         except Exception as exc:
             logger.exception("Lynx prefill: sending room %s failed", job.room)
             self._host.fail(job.room, f"lynx prefill: {exc}", self._targets(job.room))
+        finally:
+            if job.last_of_batch:
+                self._flush_held()
+
+    def _flush_held(self) -> None:
+        """Queue the residuals held back for the batch just encoded (not those of aborted rooms)."""
+        held, self._held = self._held, []
+        with self._lock:
+            live = [submission for submission in held if submission[1] not in self._aborted]
+        for submission in live:
+            self.sender.submit(*submission)
 
     def _on_crash(self, name: str, error: str) -> None:
         logger.error("Lynx prefill: %s restarted after: %s", name, error)
 
     def _send(self, job: _Job) -> None:
+        """Encode one job and queue its streams: anchors at once, residuals with the batch's last job.
+
+        Holding a batch's residuals back until its every anchor is queued keeps
+        a residual chunk from going out between two anchors of the same chunk
+        (the sender's priority only orders what is queued).
+        """
         with self._lock:
             dests = [m for m in self._destinations.get(job.room, {}).values() if not m.is_dummy]
             if job.room in self._aborted or self._host.failed(job.room) or not dests:
@@ -320,9 +340,11 @@ class PrefillSide:
                 self.sender.submit_message(meta.data_endpoint, job.room, self._manifest(job).seal(key))
             bounds = self.wire.layer_bounds(shape)
             for stream, (data, layer_bounds) in enumerate(zip(streams, bounds)):
-                self.sender.submit(
-                    meta.data_endpoint, job.room, stream, data.numpy(), layer_bounds, key=key, segment=job.segment
-                )
+                submission = (meta.data_endpoint, job.room, stream, data.numpy(), layer_bounds, key, job.segment)
+                if stream == 0:
+                    self.sender.submit(*submission)
+                else:
+                    self._held.append(submission)
         if job.segment is None:
             self._host.succeed(job.room)
 
