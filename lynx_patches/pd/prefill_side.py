@@ -124,8 +124,9 @@ class PrefillSide:
             return len(self._claims)
 
     def rooms_by_state(self) -> dict[str, int]:
+        queued = self.sender.stats().queued_bytes
         with self._lock:
-            return {"encoding": len(self._encoding), "claimed": len(self._claims)}
+            return {"encoding": len(self._encoding), "claimed": len(self._claims), "queued_bytes": queued}
 
     def attach(self, pool: PoolView) -> None:
         self._pool = pool

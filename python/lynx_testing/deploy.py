@@ -25,6 +25,7 @@ from lynx_testing.launch import (
     HOST,
     ServerStartError,
     SGLangServer,
+    die_with_parent,
     free_port,
     log_tail,
     post_json,
@@ -131,7 +132,7 @@ class PDDeployment:
         log = open(self.log_dir / "router.log", "ab")  # noqa: SIM115 - owned by the child
         self.router = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **CPU_SERVER_ENV},
-            start_new_session=True,
+            start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
         log.close()
 

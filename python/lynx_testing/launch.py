@@ -7,6 +7,7 @@ detokenizer children included), whatever state it is in.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 HOST = "127.0.0.1"
+PR_SET_PDEATHSIG = 1
 
 # What a small server needs on a CPU-only machine: one OpenMP thread per server
 # (two cores are shared by several processes), every plane on loopback, no hub.
@@ -83,6 +85,7 @@ class SGLangServer:
             stderr=subprocess.STDOUT,
             env=self.env,
             start_new_session=True,
+            preexec_fn=die_with_parent,
         )
         log.close()
         return self
@@ -144,6 +147,17 @@ class SGLangServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def die_with_parent() -> None:
+    """In a child before exec: get SIGTERM when the process that started it dies, however it dies.
+
+    So a test run killed outright (out of memory, SIGKILL) leaves no server behind. The
+    signal follows the thread that started the child: start servers from a thread that
+    lives as long as they should.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

@@ -57,3 +57,20 @@ def stream_generate(url: str, body: dict, nth: Sequence[int] = (1,), timeout: fl
         text=last.get("text", ""),
     )
     return result
+
+
+def abandon(url: str, body: dict, after_events: int = 1, timeout: float = 600.0) -> int:
+    """Start a streaming `/generate`, read `after_events` events, then hang up (a client abort).
+
+    Returns how many events arrived before hanging up (fewer if the stream ended first).
+    """
+    seen = 0
+    stream = sse_events(url, body, timeout)
+    try:
+        for _ in stream:
+            seen += 1
+            if seen >= after_events:
+                break
+    finally:
+        stream.close()  # closes the connection: the server sees the client leave
+    return seen

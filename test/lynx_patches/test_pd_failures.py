@@ -27,8 +27,8 @@ from lynx.transfer.transport import TransportError
 from lynx.transfer.zmq_transport import ZmqTransport
 from lynx_testing.deploy import PDDeployment
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
-from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import sse_events
+from pd_scenarios import mixed_load, request_body
 
 pytestmark = pytest.mark.server
 
@@ -79,8 +79,7 @@ def tokenizer(model_path):
 
 
 def _body(tokenizer, tokens: int, index: int = 0, max_new_tokens: int = 8) -> dict:
-    text = chat_prompt(tokenizer, long_question(tokenizer, tokens, index=index))
-    return {"text": text, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
+    return request_body(tokenizer, tokens, index, max_new_tokens)
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +201,31 @@ def test_a_burst_larger_than_the_decode_pool_queues_and_every_answer_is_exact(sl
         assert isinstance(answer, dict), answer
         assert answer["output_ids"] == reference["answer"]["output_ids"]
     assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
+
+
+def test_a_mixed_load_with_client_aborts_through_the_router_leaks_nothing(slow_pd, tokenizer):
+    """24 requests, 8 at a time, through the router; every 6th client hangs up after its first
+    event. Every other request is answered; afterwards no slot and no Lynx room is held."""
+    from lynx_testing.streaming import abandon
+
+    bodies = mixed_load(tokenizer, 24)
+
+    def one(item):
+        index, body = item
+        if index % 6 == 5:
+            return ("abandoned", abandon(f"{slow_pd.url}/generate", body))
+        return ("answered", post_json(f"{slow_pd.url}/generate", body))
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, enumerate(bodies)))
+    answered = [answer for kind, answer in results if kind == "answered"]
+    assert len(answered) == 20
+    for answer in answered:
+        assert answer["meta_info"]["completion_tokens"] >= 1, answer
+        assert answer["meta_info"]["finish_reason"]["type"] in ("length", "stop"), answer
+    assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
+    assert _wait_state(slow_pd.decode, lambda s: s["transfer_rooms"] == 0)["transfer_rooms"] == 0
+    assert _wait_state(slow_pd.prefill, lambda s: s["transfer_rooms"] == 0)["transfer_rooms"] == 0
 
 
 def test_killing_prefill_mid_transfer_fails_the_request_and_decode_keeps_serving(

@@ -108,6 +108,26 @@ def suites(tokenizer) -> dict[str, list[dict]]:
     }
 
 
+def request_body(tokenizer, tokens: int, index: int = 0, max_new_tokens: int = 8) -> dict:
+    """A greedy `/generate` body: a chat-templated essay excerpt of about `tokens` tokens and a question."""
+    text = chat_prompt(tokenizer, long_question(tokenizer, tokens, index=index))
+    return {"text": text, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
+
+
+def mixed_load(tokenizer, count: int, lengths=(64, 256, 512, 768)) -> list[dict]:
+    """`count` requests of mixed lengths and types: greedy, seeded sampling, stop strings."""
+    bodies = []
+    for index in range(count):
+        body = request_body(tokenizer, lengths[index % len(lengths)], index=index, max_new_tokens=12)
+        kind = index % 3
+        if kind == 1:
+            body["sampling_params"].update(temperature=0.8, sampling_seed=index)
+        elif kind == 2:
+            body["sampling_params"]["stop"] = [".", "\n"]
+        bodies.append(body)
+    return bodies
+
+
 def _state(server: SGLangServer) -> dict:
     return server.get_json("/server_info")["internal_states"][0]["lynx"]
 
