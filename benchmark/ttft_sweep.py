@@ -1,25 +1,35 @@
-"""TTFT of the real prefill/decode pair per mode, emulated link rate and prompt length.
+"""Time to the 1st, 8th, 32nd and 128th token of the real prefill/decode pair, per mode, link rate and request type.
 
 For every (mode, link rate) a fresh deployment (prefill + decode with --lynx
-and SGLang's router) is started; every prompt length is sent `--repeats`
-times (distinct essay text each time, prefill cache flushed) as a streaming
-`/generate` through the router. Recorded per request: client-side time to the
-first streamed token and to the N-th, and the decode server's anchor and
-residual arrival times (`meta_info["lynx"]`).
+and SGLang's router) is started. Each prompt length is first sent once
+straight to both servers to time the prefill alone (`prefill_s`, the prefill
+server's answer: prefill plus the KV snapshot), then, for every request type,
+`--repeats` times (distinct essay text each time, prefill cache flushed) as a
+streaming `/generate` through the router. Recorded per request: client-side
+time to the first streamed token and to the N-th, the decode server's anchor
+and residual arrival times, and in ``lynx`` mode the speculation and the cost
+of each verify stage (`meta_info["lynx"]`).
+
+Request types (`--request-types`): ``greedy``; ``sampled`` (temperature 0.8,
+top-p 0.95, a seed); ``logprobs`` (greedy with the top 5 logprobs of every
+token); ``json`` (a JSON schema); ``repetition`` (repetition penalty 1.2).
+Every type runs to `--max-tokens` tokens (``ignore_eos``; the JSON schema asks
+for enough items).
 
 The link is emulated by the prefill sender's token bucket (`--lynx-link-gbps`).
 A 135M model on two CPU cores prefills 2k tokens in about 11 s, far slower
-than an 8B model on a GPU, so the link rates are scaled down to keep the ratio
-of transfer time to prefill time in the range of real clusters; the table
-states that ratio per row (docs/BENCHMARKS.md).
+than an 8B model on a GPU, so the link rates are scaled down to put the
+ratio of BF16 KV transfer time to prefill time where clusters have it; the
+table states that ratio per row (docs/BENCHMARKS.md).
 
-    python benchmark/ttft_sweep.py --modes bf16,int8,int4,lynx --link-gbps 0.02,0.05,0.2 --prompt-tokens 1024,2048
+    python benchmark/ttft_sweep.py --modes int8,int4,lynx --link-gbps 0.02,0.08 --prompt-tokens 1024
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import statistics
 import sys
 from pathlib import Path
@@ -32,29 +42,75 @@ from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import stream_generate
 
 SMOLLM2 = dict(num_layers=30, kv_heads=3, head_dim=64)
+JSON_SCHEMA = {
+    "type": "object",
+    "properties": {"points": {"type": "array", "items": {"type": "string", "minLength": 24}, "minItems": 20}},
+    "required": ["points"],
+}
+REQUEST_TYPES = {
+    "greedy": {},
+    "sampled": {"sampling_params": {"temperature": 0.8, "top_p": 0.95}},
+    "logprobs": {"return_logprob": True, "top_logprobs_num": 5},
+    "json": {"sampling_params": {"json_schema": json.dumps(JSON_SCHEMA)}},
+    "repetition": {"sampling_params": {"repetition_penalty": 1.2}},
+}
+VERIFY_STAGES = ("upgrade_s", "forward_s", "predict_s", "commit_s")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="bf16,int8,int4,lynx")
-    parser.add_argument("--link-gbps", default="0.02,0.05,0.2", help="emulated link rates, Gbit/s")
-    parser.add_argument("--prompt-tokens", default="1024,2048")
+    parser.add_argument("--modes", default="int8,int4,lynx")
+    parser.add_argument("--link-gbps", default="0.02,0.08", help="emulated link rates, Gbit/s")
+    parser.add_argument("--prompt-tokens", default="1024")
+    parser.add_argument("--request-types", default=",".join(REQUEST_TYPES))
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--nth", default="1,8,32", help="report time to these output tokens")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--nth", default="1,8,32,128", help="report time to these output tokens")
     parser.add_argument("--json", default="results/ttft_sweep.json")
     parser.add_argument("--log-dir", default="results/ttft_logs")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    unknown = set(_names(args.request_types)) - set(REQUEST_TYPES)
+    if unknown:
+        parser.error(f"unknown request types {sorted(unknown)}; choose from {', '.join(REQUEST_TYPES)}")
+    return args
 
 
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def run_point(pd: PDDeployment, tokenizer, tokens: int, repeat: int, args) -> dict:
+def _names(text: str) -> list[str]:
+    return [x for x in text.split(",") if x]
+
+
+def request_body(tokenizer, tokens: int, index: int, kind: str, max_tokens: int, seed: int) -> dict:
+    """A streaming-ready `/generate` body of request type `kind` on essay text number `index`."""
+    question = long_question(tokenizer, tokens, index=index)
+    if kind == "json":
+        question += " List the essay's points as JSON."
+    extra = REQUEST_TYPES[kind]
+    sampling = {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True, **extra.get("sampling_params", {})}
+    if kind == "sampled":
+        sampling["sampling_seed"] = seed
+    body = {"text": chat_prompt(tokenizer, question), "sampling_params": sampling}
+    return {**body, **{k: v for k, v in extra.items() if k != "sampling_params"}}
+
+
+def prefill_seconds(pd: PDDeployment, tokenizer, tokens: int) -> float:
+    """How long the prefill server takes to answer one prompt of `tokens` tokens (sent straight to both)."""
     pd.prefill.flush_cache()
-    text = chat_prompt(tokenizer, long_question(tokenizer, tokens, index=repeat + 7 * tokens))
-    body = {"text": text, "sampling_params": {"max_new_tokens": args.max_tokens, "temperature": 0}}
+    body = {"text": chat_prompt(tokenizer, long_question(tokenizer, tokens, index=997)),
+            "sampling_params": {"max_new_tokens": 1, "temperature": 0}}  # fmt: skip
+    prefill, _ = pd.generate_direct(body, secrets.randbelow(2**62) + 1)
+    if not isinstance(prefill, dict):
+        raise RuntimeError(f"prefill calibration failed: {prefill}")
+    return prefill["meta_info"]["e2e_latency"]
+
+
+def run_point(pd: PDDeployment, tokenizer, tokens: int, kind: str, repeat: int, args) -> dict:
+    pd.prefill.flush_cache()
+    index = repeat + 7 * tokens + 31 * list(REQUEST_TYPES).index(kind)
+    body = request_body(tokenizer, tokens, index, kind, args.max_tokens, seed=1000 + repeat)
     return stream_generate(f"{pd.url}/generate", body, nth=_ints(args.nth))
 
 
@@ -65,25 +121,32 @@ def main(argv=None) -> int:
     model = prepare_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     rows = []
-    points = [(m, float(r)) for m in args.modes.split(",") for r in args.link_gbps.split(",")]
+    points = [(m, float(r)) for m in _names(args.modes) for r in _names(args.link_gbps)]
+    kinds = _names(args.request_types)
     for done, (mode, rate) in enumerate(points, start=1):
         print(f"[{done}/{len(points)}] mode={mode} link={rate} Gbps: starting deployment", file=sys.stderr, flush=True)
         lynx_args = ["--lynx-mode", mode, "--lynx-link-gbps", str(rate), "--lynx-insecure"]
         log_dir = Path(args.log_dir) / f"{mode}-{rate}"
         with PDDeployment(model, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=log_dir, max_total_tokens=32768) as pd:
             for tokens in _ints(args.prompt_tokens):
-                runs = [run_point(pd, tokenizer, tokens, r, args) for r in range(args.repeats)]
-                rows.append(summarize(mode, rate, tokens, runs))
-                print(f"    {tokens} tokens: TTFT {rows[-1]['ttft_s']:.2f}s", file=sys.stderr, flush=True)
+                prefill_s = prefill_seconds(pd, tokenizer, tokens)
+                for kind in kinds:
+                    runs = [run_point(pd, tokenizer, tokens, kind, r, args) for r in range(args.repeats)]
+                    rows.append(summarize(mode, rate, tokens, kind, prefill_s, runs))
+                    row = rows[-1]
+                    print(f"    {tokens} tokens, {kind}: t1 {row['t1_s']:.2f}s, prefill {prefill_s:.2f}s",
+                          file=sys.stderr, flush=True)  # fmt: skip
     add_ratios(rows)
     print_table(rows)
+    print()
+    print_verdicts(verdicts(rows))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+    Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "verdicts": verdicts(rows)}, indent=2))
     print(f"\nJSON: {args.json}")
     return 0
 
 
-def summarize(mode: str, rate: float, tokens: int, runs: list[dict]) -> dict:
+def summarize(mode: str, rate: float, tokens: int, kind: str, prefill_s: float, runs: list[dict]) -> dict:
     def median(key):
         values = [r[key] for r in runs if r.get(key) is not None]
         return statistics.median(values) if values else None
@@ -91,65 +154,93 @@ def summarize(mode: str, rate: float, tokens: int, runs: list[dict]) -> dict:
     prompt_tokens = runs[0]["prompt_tokens"]
     shape = KVShape(SMOLLM2["num_layers"], prompt_tokens, SMOLLM2["kv_heads"], SMOLLM2["head_dim"], _bf16())
     stream_bytes = WireFormat.for_mode(mode, "int8").stream_sizes(shape)
-    nth_keys = _nth_keys(runs)
     return {
         "mode": mode,
         "link_gbps": rate,
         "prompt_tokens": prompt_tokens,
+        "request_type": kind,
         "stream_bytes": list(stream_bytes),
-        "ttft_s": median("ttft_s"),
-        **{k: median(k) for k in nth_keys if k != "ttft_s"},
+        "prefill_s": prefill_s,
+        **{k: median(k) for k in _nth_keys(runs)},
         "anchor_ready_s": median("anchor_ready_s"),
         "residual_ready_s": median("residual_ready_s"),
         "manifest_s": median("manifest_s"),
+        "completion_tokens": median("completion_tokens"),
         **_speculation(runs),
         "repeats": len(runs),
+        "runs": [{k: v for k, v in r.items() if k != "text"} for r in runs],
     }
 
 
 def _speculation(runs: list[dict]) -> dict:
-    """Lynx mode: held-back tokens, how many verify accepted, rollbacks (totals over the repeats)."""
+    """Lynx mode: drafted tokens, how many verify accepted, rollbacks (totals), verify stages (medians)."""
     if not any("speculative_tokens" in r for r in runs):
         return {}
     spec = sum(r.get("speculative_tokens", 0) for r in runs)
     accepted = sum(r.get("accepted_tokens", 0) for r in runs)
+    stages = {k: statistics.median([r.get(k, 0.0) for r in runs]) for k in VERIFY_STAGES}
     return {
         "speculative_tokens": spec,
         "accepted_tokens": accepted,
         "acceptance": accepted / spec if spec else None,
         "rollbacks": sum(r.get("rollbacks", 0) for r in runs),
+        **stages,
     }
 
 
 def add_ratios(rows: list[dict]) -> None:
-    """TTFT relative to bf16 at the same point; transfer time of bf16 KV relative to prefill time."""
-    bf16 = {(r["link_gbps"], r["prompt_tokens"]): r for r in rows if r["mode"] == "bf16"}
+    """BF16 KV transfer time over prefill time, per row (the x-axis of every TTFT comparison)."""
     for row in rows:
-        base = bf16.get((row["link_gbps"], row["prompt_tokens"]))
-        row["ttft_vs_bf16"] = row["ttft_s"] / base["ttft_s"] if base and base["ttft_s"] else None
         bf16_bytes = 2 * 2 * row["prompt_tokens"] * SMOLLM2["num_layers"] * SMOLLM2["kv_heads"] * SMOLLM2["head_dim"]
         transfer_s = bf16_bytes * 8 / (row["link_gbps"] * 1e9)
-        prefill_s = base["manifest_s"] if base else None
-        row["bf16_transfer_to_prefill"] = transfer_s / prefill_s if prefill_s else None
+        row["bf16_transfer_to_prefill"] = transfer_s / row["prefill_s"] if row["prefill_s"] else None
+
+
+def verdicts(rows: list[dict]) -> list[dict]:
+    """Per (link rate, prompt length, request type): lynx t1 / int4 t1 and lynx tN / int8 tN."""
+    index = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r for r in rows}
+    out = []
+    for (mode, rate, tokens, kind), lynx in index.items():
+        if mode != "lynx":
+            continue
+        int4, int8 = index.get(("int4", rate, tokens, kind)), index.get(("int8", rate, tokens, kind))
+        entry = {"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind}
+        if int4 and int4.get("t1_s") and lynx.get("t1_s"):
+            entry["t1_vs_int4"] = lynx["t1_s"] / int4["t1_s"]
+        for key in _nth_keys([lynx]):
+            if key != "t1_s" and int8 and int8.get(key) and lynx.get(key):
+                entry[f"{key[:-2]}_vs_int8"] = lynx[key] / int8[key]
+        entry["met"] = entry.get("t1_vs_int4", 0) <= 1.05 and all(
+            v <= 1.0 for k, v in entry.items() if k.endswith("_vs_int8")
+        )
+        out.append(entry)
+    return out
 
 
 def print_table(rows: list[dict]) -> None:
     def fmt(value, spec=".2f"):
         return "-" if value is None else format(value, spec)
 
-    header = (
-        f"{'mode':6} {'Gbps':>6} {'tokens':>6} {'xfer/prefill':>12} {'TTFT s':>7} {'vs bf16':>7} "
-        f"{'anchor s':>8} {'resid s':>8} {'accept':>6} {'rollbk':>6}"
-    )
     extra = _nth_keys(rows)
-    print(header + "".join(f" {k:>8}" for k in extra))
+    header = (
+        f"{'mode':5} {'Gbps':>5} {'tokens':>6} {'type':10} {'xfer/pf':>7} {'anchor':>6} {'resid':>6} "
+        f"{'accept':>6} {'rollbk':>6} {'upgr s':>6} {'fwd s':>6}"
+    )
+    print(header + "".join(f" {k[:-2]:>7}" for k in extra))
     for r in rows:
         line = (
-            f"{r['mode']:6} {r['link_gbps']:>6g} {r['prompt_tokens']:>6} {fmt(r['bf16_transfer_to_prefill']):>12} "
-            f"{fmt(r['ttft_s']):>7} {fmt(r['ttft_vs_bf16']):>7} {fmt(r['anchor_ready_s']):>8} {fmt(r['residual_ready_s']):>8} "
-            f"{fmt(r.get('acceptance')):>6} {fmt(r.get('rollbacks'), 'd'):>6}"
+            f"{r['mode']:5} {r['link_gbps']:>5g} {r['prompt_tokens']:>6} {r['request_type']:10} "
+            f"{fmt(r['bf16_transfer_to_prefill']):>7} {fmt(r['anchor_ready_s']):>6} {fmt(r['residual_ready_s']):>6} "
+            f"{fmt(r.get('acceptance')):>6} {fmt(r.get('rollbacks'), 'd'):>6} {fmt(r.get('upgrade_s')):>6} "
+            f"{fmt(r.get('forward_s')):>6}"
         )
-        print(line + "".join(f" {fmt(r.get(k)):>8}" for k in extra))
+        print(line + "".join(f" {fmt(r.get(k)):>7}" for k in extra))
+
+
+def print_verdicts(entries: list[dict]) -> None:
+    for e in entries:
+        ratios = " ".join(f"{k}={v:.3f}" for k, v in e.items() if k.endswith(("_vs_int4", "_vs_int8")))
+        print(f"{'met ' if e['met'] else 'MISS'} {e['link_gbps']:g} Gbps {e['prompt_tokens']} tokens {e['request_type']}: {ratios}")
 
 
 def _nth_keys(records: list[dict]) -> list[str]:

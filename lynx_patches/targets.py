@@ -25,6 +25,12 @@ PREFILL_NEXT_BATCH = (
 )
 SCHEDULER_HANDLE_GENERATE = "sglang.srt.managers.scheduler.Scheduler.handle_generate_request"
 SCHEDULER_IS_FULLY_IDLE = "sglang.srt.managers.scheduler.Scheduler.is_fully_idle"
+SCHEDULER_ON_IDLE = "sglang.srt.managers.scheduler.Scheduler.on_idle"
+SCHEDULER_INFLIGHT_REQS = "sglang.srt.managers.scheduler.Scheduler.collect_inflight_reqs"
+DECODE_NEW_PREBUILT_BATCH = "sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch"
+TORCH_NATIVE_EXTEND = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
+KV_MANAGER_UPDATE_STATUS = "sglang.srt.disaggregation.common.conn.CommonKVManager.update_status"
+TOKENIZER_SEND_ONE_REQUEST = "sglang.srt.managers.tokenizer_manager.TokenizerManager._send_one_request"
 STREAM_ACCEPT = "sglang.srt.managers.scheduler_components.output_streamer._GenerationStreamAccumulator.accept"
 REQ_UPDATE_FINISH_STATE = "sglang.srt.managers.schedule_batch.Req.update_finish_state"
 SAMPLER_FORWARD = "sglang.srt.layers.sampler.Sampler.forward"
@@ -63,8 +69,22 @@ USED = (
     "sglang.srt.managers.schedule_batch.FINISH_ABORT",
     "sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new",
     "sglang.srt.model_executor.forward_batch_info.CaptureHiddenMode",
+    "sglang.srt.model_executor.forward_batch_info.ForwardMode",
     "sglang.srt.layers.logits_processor.LogitsMetadata.from_forward_batch",
+    "sglang.srt.layers.logits_processor.LogitsProcessor._get_logits",
+    "sglang.srt.layers.logits_processor.LogitsProcessorOutput",
     "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.from_schedule_batch",
+    "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.apply_logits_bias",
+    "sglang.srt.sampling.penaltylib.BatchedPenalizerOrchestrator.cumulate_output_tokens",
+    "sglang.srt.sampling.penaltylib.BatchedPenalizerOrchestrator.merge",
+    "sglang.srt.sampling.penaltylib.BatchedFrequencyPenalizer",
+    "sglang.srt.sampling.penaltylib.BatchedMinNewTokensPenalizer",
+    "sglang.srt.sampling.penaltylib.BatchedPresencePenalizer",
+    "sglang.srt.sampling.penaltylib.BatchedRepetitionPenalizer",
+    "sglang.srt.constrained.base_grammar_backend.BaseGrammarObject.rollback",
+    "sglang.srt.constrained.base_grammar_backend.GrammarMask",
+    "sglang.srt.mem_cache.memory_pool.KVWriteLoc",
+    "sglang.srt.managers.scheduler_components.idle_sleeper.IdleSleeper",
     "sglang.srt.mem_cache.common.release_kv_cache",
     "sglang.srt.mem_cache.common.checkpoint_kv_cache",
     "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool",

@@ -6,53 +6,58 @@ never read by a forward pass in flight. Per iteration it:
 
 1. fails requests whose residual failed or timed out: held-back tokens are
    dropped, the client gets the reason, every slot is freed;
-2. verifies at most one request whose residual has landed (one verify pass
-   per iteration, so other requests wait at most one pass): upgrade the
-   prompt KV, recompute the held-back tokens, keep the agreeing prefix plus
-   the full-precision correction, free the rest, and return the request to
-   SGLang's queue;
-3. parks requests that reached their speculative cap (or may not speculate)
-   until their residual lands.
+2. verifies every request whose residual has landed, all in one pass:
+   upgrade each prompt's KV, recompute the held-back tokens in one forward
+   (`verify`), choose each position's token as step-by-step decoding would
+   (`predict`), keep the agreeing prefix plus the full-precision correction
+   and replay it through SGLang's finish rules (`commit`), free the rest, and
+   return the requests to SGLang's queue;
+3. streams the first token of requests that may not speculate (computed by
+   the prefill on full KV) and holds them, and parks requests that reached
+   their speculative cap, until their residual lands.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from http import HTTPStatus
 
-import torch
-from lynx.kvwire import WireFormat
-from lynx.sampling import draw
 from lynx.speculation import verify as verify_tokens
 from lynx.transfer.rooms import RoomState
 
+from lynx_patches.speculate import commit
+from lynx_patches.speculate.idle import IdleWait
+from lynx_patches.speculate.predict import penalizer_rows, predict
 from lynx_patches.speculate.state import (
     ATTR,
     SpecState,
-    can_speculate,
     coupled_rows,
     request_seed,
     sampling_rule,
     state_of,
+    why_not_speculate,
 )
-from lynx_patches.speculate.verify import free_tail, verify_logits
+from lynx_patches.speculate.verify import Span, free_tail, verify_logits
 
 logger = logging.getLogger(__name__)
 
-IDLE_WAIT_S = 0.005
+# Drafts a grammar request may hold: its grammar is rolled back over them,
+# and grammar backends bound how far back they go (xgrammar: 200 tokens).
+GRAMMAR_MAX_DRAFTS = 128
 
 
 class SpecController:
-    """One per decode scheduler in ``lynx`` mode."""
+    """One per decode scheduler of a Lynx server (all modes; only ``lynx`` mode speculates)."""
 
     def __init__(self, scheduler, side) -> None:
         self.scheduler = scheduler
         self.side = side
         self.config = side.config
-        self.wire: WireFormat = side.wire
         self.reqs: dict[str, object] = {}
         self.parked: list = []
+        self.idle = IdleWait(scheduler, side, parked=lambda: bool(self.parked))
         self.prometheus = None
         if scheduler.metrics_reporter.enable_metrics:
             from lynx_patches.prometheus import LynxMetrics
@@ -66,18 +71,25 @@ class SpecController:
 
         `timings` are the transfer's milestones so far; the room may be gone already.
         """
+        reason = why_not_speculate(req)
+        if reason is None and req.grammar is not None and not _can_roll_back(req.grammar):
+            reason = f"grammar backend {type(req.grammar).__name__} cannot roll back"
+        cap = 0 if reason is not None else self.config.max_speculative_tokens
+        if req.grammar is not None:
+            cap = min(cap, GRAMMAR_MAX_DRAFTS)
         params = req.sampling_params
-        cap = self.config.max_speculative_tokens if can_speculate(params, req) else 0
         state = SpecState(
             room=req.bootstrap_room,
             verified=len(req.output_ids),
             cap=cap,
             rule=sampling_rule(params),
-            seed=request_seed(params),
+            seed=seed if (seed := request_seed(req)) is not None else secrets.randbits(63),
             timings=dict(timings),
         )
         state.anchor = residual_pending
         if state.anchor:
+            if reason is not None:
+                logger.info("Lynx decode: request %s waits for its residual: %s", req.rid, reason)
             # Partial-precision KV never enters the decode radix cache.
             state.barred_from_tree = req.skip_radix_cache_insert
             req.skip_radix_cache_insert = True
@@ -109,7 +121,8 @@ class SpecController:
     # --- per iteration -------------------------------------------------------------------------
 
     def before_schedule(self, running_batch):
-        verified_one = False
+        self.side.landed.clear()  # every landing after this is seen now or wakes the next idle wait
+        landed = []
         for req in list(self.reqs.values()):
             state = state_of(req)
             if req.finished():
@@ -117,105 +130,148 @@ class SpecController:
                 continue
             if not state.anchor:
                 continue
+            if req.grammar is not None and not state.grammar_done:
+                state.grammar_drafts = state.speculated(len(req.output_ids))
+                state.grammar_done = req.grammar.is_terminated()
             failure = self.side.check(state.room)
             room_state = self.side.rooms.state(state.room)
             if failure is not None or room_state is None:
                 self._fail(req, f"residual KV failed: {failure or 'the transfer was lost'}", running_batch)
-            elif room_state is RoomState.LANDED and not verified_one:
-                self._verify(req, state, running_batch)
-                verified_one = True
+            elif state.parked and req.to_finish:
+                self._finish(req, checkpoint=False)  # aborted while it waited
+            elif room_state is RoomState.LANDED:
+                landed.append(req)
+        if landed:
+            self._verify_landed(landed, running_batch)
+        self._hold_new()
         self._park(running_batch)
-        if running_batch.is_empty() and not self.scheduler.waiting_queue and self.parked:
-            self.side.landed.wait(IDLE_WAIT_S)
-            self.side.landed.clear()
         return running_batch
+
+    def after_prebuilt(self, batch) -> None:
+        """A prebuilt batch has fresh penalizer rows: give verified requests their history back."""
+        requeued = [state_of(req) is not None and state_of(req).requeued for req in batch.reqs]
+        if not any(requeued) or not batch.sampling_info.penalizer_orchestrator.is_required:
+            return
+        histories = [req.output_ids[:-1] if again else [] for req, again in zip(batch.reqs, requeued, strict=True)]
+        vocab = self.scheduler.model_config.vocab_size
+        batch.sampling_info.penalizer_orchestrator = penalizer_rows(vocab, batch, histories)
+        for req, again in zip(batch.reqs, requeued, strict=True):
+            if again:
+                state_of(req).requeued = False
 
     # --- verify --------------------------------------------------------------------------------
 
-    def _verify(self, req, state: SpecState, running_batch) -> None:
-        started = time.perf_counter()
-        if not self.side.apply_residual(state.room):
-            return
-        prompt = len(req.origin_input_ids)
-        held_back = state.speculated(len(req.output_ids))
-        state.anchor = False
-        req.skip_radix_cache_insert = state.barred_from_tree
-        if held_back == 0:
+    def _verify_landed(self, landed: list, running_batch) -> None:
+        """Upgrade every landed request; verify those with held-back tokens in one pass."""
+        to_verify = []
+        for req in landed:
+            state = state_of(req)
+            started = time.perf_counter()
+            if not self.side.apply_residual(state.room):
+                continue
+            state.profile["upgrade_s"] = time.perf_counter() - started
+            state.anchor = False
+            req.skip_radix_cache_insert = state.barred_from_tree
+            if state.speculated(len(req.output_ids)) > 0:
+                to_verify.append(req)
+                continue
             if req in running_batch.reqs:
                 from sglang.srt.mem_cache.common import checkpoint_kv_cache
 
                 checkpoint_kv_cache(req, self.scheduler.tree_cache)
-            self._resume(req, state)
-        else:
-            self._remove_from(running_batch, req)
-            logits = verify_logits(self.scheduler, req, len(req.output_ids) - 1)
-            predicted = self._predict(logits, state)[state.verified - 1 :]
-            verdict = verify_tokens(req.output_ids[state.verified - 1 :], predicted)
-            kept = list(req.output_ids[: state.verified - 1]) + list(verdict.output_ids)
-            free_tail(self.scheduler, req, prompt + len(kept) - 1)
-            del req.output_ids[len(kept) - 1 :]
-            req.output_ids.append(kept[-1])
-            state.speculative_tokens += verdict.speculative
-            state.accepted_tokens += verdict.accepted
-            state.rollbacks += int(verdict.rolled_back)
-            state.verify_s = time.perf_counter() - started
-            newly = len(req.output_ids) - state.verified
-            state.verified = len(req.output_ids)
+            if state.parked:
+                self._requeue(req)
             self._attach_metrics(req)
-            req.update_finish_state(new_accepted_len=newly)
-            if req.finished():
-                self._finish(req, checkpoint=True)
-            else:
-                self._resume(req, state, requeue=True)
-        state.verify_s = time.perf_counter() - started
+        if to_verify:
+            self._verify(to_verify, running_batch)
+
+    def _verify(self, reqs: list, running_batch) -> None:
+        self._remove_from(running_batch, reqs)
+        spans = []
+        for req in reqs:
+            state = state_of(req)
+            if req.grammar is not None and state.grammar_drafts:
+                req.grammar.rollback(state.grammar_drafts)  # back to the verified tokens
+            state.grammar_drafts = 0
+            spans.append(Span(req, state.verified - 1, state.speculated(len(req.output_ids))))
+        started = time.perf_counter()
+        logits = verify_logits(self.scheduler, spans)
+        forward_done = time.perf_counter()
+        choices = predict(self.scheduler, spans, logits)
+        predict_done = time.perf_counter()
+        for span, chosen in zip(spans, choices, strict=True):
+            state = state_of(span.req)
+            state.verify_batch = len(spans)
+            state.profile["forward_s"] = forward_done - started
+            state.profile["predict_s"] = predict_done - forward_done
+            self._commit(span, chosen)
+
+    def _commit(self, span: Span, choices: list) -> None:
+        started = time.perf_counter()
+        req, state = span.req, state_of(span.req)
+        drafted = req.output_ids[span.start : span.start + span.count + 1]
+        verdict = verify_tokens(drafted, [c.token for c in choices])
+        commit.roll_back(req, state.verified)
+        commit.replay(req, list(verdict.output_ids[1:]), choices[: len(verdict.output_ids) - 1])
+        free_tail(self.scheduler, req, len(req.origin_input_ids) + len(req.output_ids) - 1)
+        state.speculative_tokens += verdict.speculative
+        state.accepted_tokens += verdict.accepted
+        state.rollbacks += int(verdict.rolled_back)
+        state.verified = len(req.output_ids)
+        state.profile["commit_s"] = time.perf_counter() - started
         self._attach_metrics(req)
+        if req.finished():
+            self._finish(req, checkpoint=True)
+        else:
+            state.requeued = True
+            self._requeue(req)
 
-    @staticmethod
-    def _predict(logits: torch.Tensor, state: SpecState) -> list[int]:
-        """The token full-precision decoding draws after each row (row i -> output index i + 1)."""
-        if state.rule is None:
-            return torch.argmax(logits, dim=-1).tolist()
-        return [draw(row, state.rule, state.seed, i + 1) for i, row in enumerate(logits)]
+    # --- holding, parking, failing, finishing --------------------------------------------------
 
-    def _resume(self, req, state: SpecState, requeue: bool = False) -> None:
-        if state.parked or requeue:
-            state.parked = False
-            if req in self.parked:
-                self.parked.remove(req)
-            self.scheduler.waiting_queue.append(req)
-
-    # --- parking, failing, finishing --------------------------------------------------------
+    def _hold_new(self) -> None:
+        """Requests that may not speculate: stream their first token now, then hold them."""
+        waiting = self.scheduler.waiting_queue
+        for req in [r for r in waiting if (s := state_of(r)) is not None and s.anchor and s.cap == 0 and not s.parked]:
+            req.update_finish_state()
+            if req.finished():
+                continue  # SGLang's prebuilt path answers and releases it
+            waiting.remove(req)
+            self.scheduler.output_streamer.stream_output([req], req.return_logprob)
+            self._hold(req)
 
     def _park(self, running_batch) -> None:
-        waiting = self.scheduler.waiting_queue
-        for req in list(waiting):
+        capped = []
+        for req in running_batch.reqs:
             state = state_of(req)
-            if state is not None and state.anchor and state.cap == 0:
-                waiting.remove(req)
-                self._hold(req, state)
-        capped = [
-            req
-            for req in running_batch.reqs
-            if (state := state_of(req)) is not None
-            and state.anchor
-            and state.speculated(len(req.output_ids)) >= self._cap(req, state)
-        ]
-        for req in capped:
-            self._remove_from(running_batch, req)
-            self._hold(req, state_of(req))
+            if state is None or not state.anchor:
+                continue
+            if state.speculated(len(req.output_ids)) >= self._cap(req, state):
+                capped.append(req)
+        if capped:
+            self._remove_from(running_batch, capped)
+            for req in capped:
+                self._hold(req)
 
     def _cap(self, req, state: SpecState) -> int:
         room_left = req.sampling_params.max_new_tokens - state.verified
         return max(0, min(state.cap, room_left))
 
-    def _hold(self, req, state: SpecState) -> None:
-        state.parked = True
+    def _hold(self, req) -> None:
+        state_of(req).parked = True
         self.parked.append(req)
 
+    def _requeue(self, req) -> None:
+        state = state_of(req)
+        if state.parked:
+            state.parked = False
+            self.parked.remove(req)
+        self.scheduler.waiting_queue.append(req)
+
     @staticmethod
-    def _remove_from(batch, req) -> None:
-        if req in batch.reqs:
-            batch.filter_batch(keep_indices=[i for i, r in enumerate(batch.reqs) if r is not req])
+    def _remove_from(batch, reqs: list) -> None:
+        gone = {id(req) for req in reqs}
+        if any(id(req) in gone for req in batch.reqs):
+            batch.filter_batch(keep_indices=[i for i, r in enumerate(batch.reqs) if id(r) not in gone])
 
     def _fail(self, req, reason: str, running_batch=None) -> None:
         """Drop held-back tokens, answer the client with `reason`, free every slot."""
@@ -224,12 +280,10 @@ class SpecController:
         logger.error("Lynx decode: request %s failed: %s", req.rid, reason)
         state = state_of(req)
         if running_batch is not None:
-            self._remove_from(running_batch, req)
+            self._remove_from(running_batch, [req])
         if req in self.scheduler.waiting_queue:
             self.scheduler.waiting_queue.remove(req)
-        if req in self.parked:
-            self.parked.remove(req)
-        del req.output_ids[state.verified :]
+        commit.roll_back(req, state.verified)
         state.anchor = False
         req.finished_reason = FINISH_ABORT(reason, HTTPStatus.INTERNAL_SERVER_ERROR)
         self._finish(req, checkpoint=False)
@@ -238,6 +292,8 @@ class SpecController:
         """Release a finished request's KV (into the radix cache if `checkpoint`) and answer it."""
         from sglang.srt.mem_cache.common import release_kv_cache
 
+        if not req.finished():
+            req.update_finish_state()  # applies a pending abort (to_finish), dropping held-back tokens
         release_kv_cache(req, self.scheduler.tree_cache, checkpoint=checkpoint)
         self.scheduler.output_streamer.stream_output([req], req.return_logprob)
         self._drop(req)
@@ -253,3 +309,9 @@ class SpecController:
         from lynx_patches.metrics import attach
 
         attach(req, self.metrics(req))
+
+
+def _can_roll_back(grammar) -> bool:
+    from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject
+
+    return type(grammar).rollback is not BaseGrammarObject.rollback

@@ -1,4 +1,4 @@
-"""Thin hooks into SGLang's decode scheduler; the logic is in `controller`."""
+"""Thin hooks into SGLang's decode scheduler; the logic is in `controller`, `idle` and friends."""
 
 from __future__ import annotations
 
@@ -6,15 +6,18 @@ from lynx_patches import targets
 from lynx_patches.metrics import attach
 from lynx_patches.pd.registry import manager_of
 from lynx_patches.selfcheck import Hook
+from lynx_patches.speculate import attention, parallel
 from lynx_patches.speculate.state import (
     coupled_rows,
     in_anchor_phase,
+    request_seed,
     sampling_rule,
     state_of,
 )
 from lynx_patches.startup import lynx_config_of
 
 CONTROLLER_ATTR = "_lynx_controller"
+WAKE_ATTR = "_lynx_wake"
 
 
 def controller_of(scheduler):
@@ -28,6 +31,7 @@ def controller_of(scheduler):
 
         controller = SpecController(scheduler, manager.side)
         setattr(scheduler, CONTROLLER_ATTR, controller)
+        setattr(manager, WAKE_ATTR, controller.idle.wake)  # `kv_status` wakes the idle wait
     return controller
 
 
@@ -68,6 +72,38 @@ def next_decode_batch(original, scheduler, running_batch):
     return plan
 
 
+def new_prebuilt_batch(result, scheduler, *args, **kwargs):
+    """AFTER `get_new_prebuilt_batch`: verified requests get their penalizer history back."""
+    controller = getattr(scheduler, CONTROLLER_ATTR, None)
+    if result is not None and controller is not None:
+        controller.after_prebuilt(result)
+    return None
+
+
+def on_idle(result, scheduler, *args, **kwargs):
+    """AFTER `Scheduler.on_idle`: sleep while requests wait for KV and nothing else can run."""
+    controller = getattr(scheduler, CONTROLLER_ATTR, None)
+    if controller is not None:
+        controller.idle.wait()
+    return None
+
+
+def kv_status(result, manager, *args, **kwargs):
+    """AFTER `CommonKVManager.update_status`: a Lynx decode rank's transfer moved; stop idling."""
+    wake = getattr(manager, WAKE_ATTR, None)
+    if wake is not None:
+        wake()
+    return None
+
+
+def inflight_reqs(result, scheduler, *args, **kwargs):
+    """AFTER `Scheduler.collect_inflight_reqs`: parked requests are in flight (aborts reach them)."""
+    controller = getattr(scheduler, CONTROLLER_ATTR, None)
+    if controller is None or not controller.parked:
+        return None
+    return set(result) | set(controller.parked)
+
+
 def next_prefill_batch(original, scheduler, *args, **kwargs):
     """AROUND `get_next_disagg_prefill_batch_to_run`: the first token of a seeded request is
     drawn with the same seeded noise as the decode server's (SGLang ignores `sampling_seed`
@@ -77,15 +113,20 @@ def next_prefill_batch(original, scheduler, *args, **kwargs):
     if batch is not None and batch.sampling_info is not None and lynx_config_of(scheduler.server_args):
 
         def choose(req):
-            rule, seed = sampling_rule(req.sampling_params), req.sampling_params.sampling_seed
-            return (rule, int(seed)) if rule is not None and seed is not None else None
+            rule, seed = sampling_rule(req.sampling_params), request_seed(req)
+            return (rule, seed) if rule is not None and seed is not None else None
 
         batch.sampling_info.lynx_coupled_rows = coupled_rows(batch.reqs, choose)
     return plan
 
 
 def sampler_forward(original, sampler, logits_output, sampling_info, *args, **kwargs):
-    """AROUND `Sampler.forward`: draw the rows of seeded Lynx requests with `lynx.sampling.draw`."""
+    """AROUND `Sampler.forward`: draw the rows of seeded Lynx requests with `lynx.sampling.draw`.
+
+    The returned logprob of such a row is that of the drawn token under SGLang's
+    formula for a sampled row (log-softmax of the processed logits over the temperature).
+    """
+    import torch
     from lynx.sampling import draw
 
     rows = getattr(sampling_info, "lynx_coupled_rows", None)
@@ -93,8 +134,12 @@ def sampler_forward(original, sampler, logits_output, sampling_info, *args, **kw
         return original(sampler, logits_output, sampling_info, *args, **kwargs)
     logits = logits_output.next_token_logits[[row for row, *_ in rows]].clone()
     token_ids = original(sampler, logits_output, sampling_info, *args, **kwargs)
-    for (row, rule, seed, position), row_logits in zip(rows, logits):
-        token_ids[row] = draw(row_logits, rule, seed, position)
+    logprobs = logits_output.next_token_logprobs
+    for (row, rule, seed, position), row_logits in zip(rows, logits, strict=True):
+        token = draw(row_logits, rule, seed, position)
+        token_ids[row] = token
+        if logprobs is not None:
+            logprobs[row] = torch.log_softmax(row_logits.float() / rule.temperature, dim=-1)[token]
     return token_ids
 
 
@@ -105,9 +150,12 @@ def is_fully_idle(result, scheduler, *args, **kwargs):
 
 
 def stream_accept(original, accumulator, *, req):
-    """AROUND `_GenerationStreamAccumulator.accept`: never stream a held-back token."""
-    if in_anchor_phase(req) and req.send_token_offset >= state_of(req).verified:
-        return None
+    """AROUND `_GenerationStreamAccumulator.accept`: never stream a held-back token, nor
+    an empty chunk when a verified or held request passes SGLang's prebuilt path again."""
+    state = state_of(req)
+    if state is not None and not req.finished():
+        if req.send_token_offset >= (state.verified if state.anchor else len(req.output_ids)):
+            return None
     return original(accumulator, req=req)
 
 
@@ -123,9 +171,15 @@ def update_finish_state(original, req, *args, **kwargs):
 HOOKS = (
     Hook(targets.DECODE_COMMIT_TRANSFER, commit_transfer, "AROUND"),
     Hook(targets.DECODE_NEXT_BATCH, next_decode_batch, "AROUND"),
+    Hook(targets.DECODE_NEW_PREBUILT_BATCH, new_prebuilt_batch, "AFTER"),
     Hook(targets.PREFILL_NEXT_BATCH, next_prefill_batch, "AROUND"),
     Hook(targets.SCHEDULER_IS_FULLY_IDLE, is_fully_idle, "AFTER"),
+    Hook(targets.SCHEDULER_ON_IDLE, on_idle, "AFTER"),
+    Hook(targets.SCHEDULER_INFLIGHT_REQS, inflight_reqs, "AFTER"),
+    Hook(targets.KV_MANAGER_UPDATE_STATUS, kv_status, "AFTER"),
     Hook(targets.SAMPLER_FORWARD, sampler_forward, "AROUND"),
     Hook(targets.STREAM_ACCEPT, stream_accept, "AROUND"),
     Hook(targets.REQ_UPDATE_FINISH_STATE, update_finish_state, "AROUND"),
+    Hook(targets.TORCH_NATIVE_EXTEND, attention.forward_extend, "AROUND"),
+    Hook(targets.TOKENIZER_SEND_ONE_REQUEST, parallel.send_one_request, "BEFORE"),
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
+import hashlib
 from dataclasses import dataclass, field
 
 from lynx.sampling import SamplingRule
@@ -21,11 +21,19 @@ class SpecState:
         cap: speculative tokens allowed before the request waits (0 = none).
         anchor: True until the residual has been applied and checked.
         parked: waiting for its residual outside SGLang's queues.
+        requeued: verified and sent back through SGLang's prebuilt path, whose
+            fresh penalizer rows must be given the request's history again.
+        grammar_drafts: held-back tokens the request's grammar has accepted
+            (it stops accepting once terminated); the verify pass rolls it
+            back by that many.
+        grammar_done: the grammar had terminated when last looked at.
         rule: the sampling distribution; None for greedy decoding.
         seed: seeds the Gumbel noise of every sampled token (`lynx.sampling`).
         barred_from_tree: the request's own `skip_radix_cache_insert`, which
             the anchor phase overrides (anchor KV must never enter the tree).
         timings: the transfer's milestones (seconds from the request's arrival).
+        profile: seconds spent per verify stage (`upgrade_s`, `forward_s`, ...),
+            this request's share of its batched pass.
     """
 
     room: int
@@ -36,11 +44,15 @@ class SpecState:
     barred_from_tree: bool = False
     anchor: bool = True
     parked: bool = False
+    requeued: bool = False
+    grammar_drafts: int = 0
+    grammar_done: bool = False
     speculative_tokens: int = 0
     accepted_tokens: int = 0
     rollbacks: int = 0
-    verify_s: float = 0.0
+    verify_batch: int = 0
     timings: dict = field(default_factory=dict)
+    profile: dict = field(default_factory=dict)
 
     def speculated(self, output_len: int) -> int:
         """Held-back tokens of an output of `output_len` tokens."""
@@ -51,7 +63,9 @@ class SpecState:
             "speculative_tokens": self.speculative_tokens,
             "accepted_tokens": self.accepted_tokens,
             "rollbacks": self.rollbacks,
-            "verify_s": round(self.verify_s, 6),
+            "verify_batch": self.verify_batch,
+            "verify_s": round(sum(self.profile.values()), 6),
+            **{k: round(v, 6) for k, v in self.profile.items()},
         }
 
 
@@ -89,32 +103,42 @@ def coupled_rows(reqs, choose) -> list[tuple]:
     return rows
 
 
-def request_seed(sampling_params) -> int:
-    seed = sampling_params.sampling_seed
-    return secrets.randbits(63) if seed is None else int(seed)
+def request_seed(req) -> int | None:
+    """The seed of the request's Gumbel noise; None when the request names none.
 
-
-def can_speculate(sampling_params, req) -> bool:
-    """Whether the verify pass reproduces this request's token choice exactly.
-
-    Greedy and plainly sampled requests (temperature, top-k, top-p, min-p)
-    qualify. Requests that shape logits otherwise (penalties, bias, grammars)
-    or return logprobs still run in ``lynx`` mode, but wait for their
-    residual before decoding.
+    The samples of one ``n > 1`` request share its `sampling_seed`; each is
+    given its own seed from its transfer room (`parallel.sample_room`), alike
+    on the prefill and the decode server, so the samples differ.
     """
-    plain = (
-        not sampling_params.logit_bias
-        and sampling_params.frequency_penalty == 0.0
-        and sampling_params.presence_penalty == 0.0
-        and sampling_params.repetition_penalty == 1.0
-        and sampling_params.min_new_tokens == 0
-        and not (sampling_params.json_schema or sampling_params.regex or sampling_params.ebnf)
-        and not sampling_params.structural_tag
-    )
-    return (
-        plain
-        and not req.return_logprob
-        and not getattr(req, "return_hidden_states", False)
-        and getattr(req, "custom_logit_processor", None) is None
-        and req.grammar is None
-    )
+    params = req.sampling_params
+    if params.sampling_seed is None:
+        return None
+    seed = int(params.sampling_seed)
+    if getattr(params, "n", 1) > 1 and req.bootstrap_room is not None:
+        digest = hashlib.blake2b(f"{seed}:{req.bootstrap_room}".encode(), digest_size=8).digest()
+        seed = int.from_bytes(digest, "little") & ((1 << 63) - 1)
+    return seed
+
+
+def why_not_speculate(req) -> str | None:
+    """Why the verify pass cannot reproduce this request's output, or None if it can.
+
+    Everything SGLang's sampler does per token is replayed at each verified
+    position (penalties, `logit_bias`, `min_new_tokens`, grammars, logprobs,
+    stop conditions). What the verify pass does not recompute keeps the
+    request exact by waiting: it streams its first token at anchor time and
+    decodes only once its residual has landed (docs/SERVING.md lists these).
+    """
+    if getattr(req, "custom_logit_processor", None) is not None:
+        return "custom logit processor (it may keep per-request state across steps)"
+    if getattr(req, "return_hidden_states", False):
+        return "hidden states (each token's would have to be recomputed)"
+    if getattr(req, "return_sampling_mask", False):
+        return "sampling masks"
+    if getattr(req, "require_reasoning", False):
+        return "reasoning-token accounting"
+    if getattr(req, "lora_id", None) is not None:
+        return "LoRA adapters (untested here)"
+    if getattr(req, "beam_group", None) is not None:
+        return "beam search"
+    return None

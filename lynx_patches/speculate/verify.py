@@ -1,24 +1,45 @@
-"""The verify pass: recompute a request's speculative tokens on full-precision KV.
+"""The verify pass: recompute the tokens of several requests on full-precision KV, in one forward.
 
-A request with output ``[t0 .. tn]`` holds KV for the prompt (``P`` tokens)
-and for ``t0 .. t(n-1)``, computed on the anchor. The pass is an ordinary
-EXTEND forward of ``t0 .. t(n-1)`` on top of the ``P`` upgraded prompt
-positions, writing into the request's existing slots, so any attention
-backend that can prefill with a cached prefix serves it. The final hidden
-states of all ``n`` positions are captured and turned into logits with the
-model's own logits processor (the function decoding samples from).
+A request in its anchor phase with output ``[t0 .. tn]`` holds KV for its
+prompt (``P`` tokens, upgraded to full precision before the pass) and for
+``t0 .. t(n-1)``, computed on the anchor. The pass is one EXTEND forward over
+every request's ``t0 .. t(n-1)`` on top of its ``P`` prompt positions,
+writing into the request's existing slots. The final hidden states of all
+positions are turned into logits with the model's own logits processor.
+
+While the pass runs, `VERIFYING` is set (a context variable: SGLang's runners
+copy the forward batch field by field, so a mark on it would not reach the
+attention layers), so that attention backends which would recompute the
+whole context for an extend (SGLang's `torch_native`) attend only from the
+few new positions (`lynx_patches.speculate.attention`).
 """
 
 from __future__ import annotations
 
+import contextvars
+from typing import NamedTuple
+
 import torch
 
+VERIFYING = contextvars.ContextVar("lynx_verifying", default=False)
 
-def verify_logits(scheduler, req, num_tokens: int) -> torch.Tensor:
-    """Logits ``[num_tokens, vocab]`` after each of ``req.output_ids[:num_tokens]``.
 
-    The KV of those tokens is rewritten in place in the request's slots
-    ``P .. P + num_tokens - 1``.
+class Span(NamedTuple):
+    """Rows of one request in a verify pass: its output tokens ``start .. start + count - 1``.
+
+    Row ``i`` recomputes the KV of output token ``start + i`` and yields the
+    logits of the token after it (output index ``start + i + 1``).
+    """
+
+    req: object
+    start: int
+    count: int
+
+
+def verify_logits(scheduler, spans: list[Span]) -> torch.Tensor:
+    """Logits ``[sum(count), vocab]`` of every span's rows, spans in order.
+
+    The KV of each span's tokens is rewritten in place in its request's slots.
     """
     from sglang.srt.layers.logits_processor import LogitsMetadata
     from sglang.srt.managers.schedule_batch import ScheduleBatch
@@ -29,13 +50,11 @@ def verify_logits(scheduler, req, num_tokens: int) -> torch.Tensor:
     )
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
 
-    prompt = len(req.origin_input_ids)
-    total = prompt + num_tokens
-    row = req.kv.req_pool_idx
     pool = scheduler.req_to_token_pool
     device = pool.device
+    reqs = [span.req for span in spans]
     batch = ScheduleBatch.init_new(
-        [req],
+        reqs,
         pool,
         scheduler.token_to_kv_pool_allocator,
         scheduler.tree_cache,
@@ -43,32 +62,46 @@ def verify_logits(scheduler, req, num_tokens: int) -> torch.Tensor:
         False,
         scheduler.spec_algorithm,
     )
+    rows, prefix_lens, seq_lens, tokens, slots = [], [], [], [], []
+    for req, start, count in spans:
+        prefix = len(req.origin_input_ids) + start
+        row = req.kv.req_pool_idx
+        rows.append(row)
+        prefix_lens.append(prefix)
+        seq_lens.append(prefix + count)
+        tokens.extend(req.output_ids[start : start + count])
+        slots.append(pool.req_to_token[row, prefix : prefix + count].to(torch.int64))
+    counts = [span.count for span in spans]
     batch.forward_mode = ForwardMode.EXTEND
     batch.return_logprob = False
-    batch.input_ids = torch.tensor(list(req.output_ids[:num_tokens]), dtype=torch.int64, device=device)
-    batch.req_pool_indices = torch.tensor([row], dtype=torch.int64, device=device)
-    batch.req_pool_indices_cpu = torch.tensor([row], dtype=torch.int64)
-    batch.seq_lens = torch.tensor([total], dtype=torch.int64, device=device)
-    batch.seq_lens_cpu = torch.tensor([total], dtype=torch.int64)
-    batch.orig_seq_lens = torch.tensor([total], dtype=torch.int32, device=device)
-    batch.seq_lens_sum = total
-    batch.out_cache_loc = pool.req_to_token[row, prompt:total].to(torch.int64)
-    batch.prefix_lens = [prompt]
-    batch.extend_lens = [num_tokens]
-    batch.extend_num_tokens = num_tokens
-    batch.extend_logprob_start_lens = [num_tokens]
-    batch.multimodal_inputs = [None]
+    batch.input_ids = torch.tensor(tokens, dtype=torch.int64, device=device)
+    batch.req_pool_indices = torch.tensor(rows, dtype=torch.int64, device=device)
+    batch.req_pool_indices_cpu = torch.tensor(rows, dtype=torch.int64)
+    batch.seq_lens = torch.tensor(seq_lens, dtype=torch.int64, device=device)
+    batch.seq_lens_cpu = torch.tensor(seq_lens, dtype=torch.int64)
+    batch.orig_seq_lens = torch.tensor(seq_lens, dtype=torch.int32, device=device)
+    batch.seq_lens_sum = sum(seq_lens)
+    batch.out_cache_loc = torch.cat(slots)
+    batch.prefix_lens = prefix_lens
+    batch.extend_lens = counts
+    batch.extend_num_tokens = sum(counts)
+    batch.extend_logprob_start_lens = counts
+    batch.multimodal_inputs = [None] * len(spans)
     batch.sampling_info = SamplingBatchInfo.from_schedule_batch(batch, scheduler.model_config.vocab_size)
 
     runner = scheduler.tp_worker.model_runner
     forward_batch = ForwardBatch.init_new(
         batch, runner, capture_hidden_mode=CaptureHiddenMode.FULL, return_hidden_states_before_norm=False
     )
-    result = scheduler.tp_worker.forward_batch_generation(None, forward_batch=forward_batch, is_verify=True)
+    marked = VERIFYING.set(True)
+    try:
+        result = scheduler.tp_worker.forward_batch_generation(None, forward_batch=forward_batch, is_verify=True)
+    finally:
+        VERIFYING.reset(marked)
     hidden = result.logits_output.hidden_states
     model = runner.model
     metadata = LogitsMetadata.from_forward_batch(forward_batch)
-    return model.logits_processor._get_logits(hidden, model.lm_head, metadata)
+    return model.logits_processor._get_logits(hidden, model.lm_head, metadata, use_logits_buffer=False)
 
 
 def free_tail(scheduler, req, keep: int) -> int:

@@ -1,7 +1,8 @@
-"""The TTFT sweep runs end to end on a real PD pair (smallest configuration) and writes its JSON."""
+"""The TTFT sweep: its verdict arithmetic and request bodies, and one end-to-end run on a real PD pair."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -9,24 +10,72 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.server
-
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
 
 
-def test_lynx_point_reports_ttft_nth_tokens_arrivals_and_acceptance(tmp_path, model_path):
+def _sweep():
+    spec = importlib.util.spec_from_file_location("ttft_sweep", BENCHMARK / "ttft_sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(mode, kind, **times):
+    return {"mode": mode, "link_gbps": 0.02, "prompt_tokens": 1000, "request_type": kind, **times}
+
+
+def test_verdicts_compare_lynx_t1_with_int4_and_later_tokens_with_int8():
+    sweep = _sweep()
+    rows = [
+        _row("int4", "greedy", t1_s=10.0, t8_s=12.0),
+        _row("int8", "greedy", t1_s=13.0, t8_s=14.0),
+        _row("lynx", "greedy", t1_s=10.4, t8_s=13.9),
+        _row("int4", "json", t1_s=10.0, t8_s=12.0),
+        _row("int8", "json", t1_s=13.0, t8_s=14.0),
+        _row("lynx", "json", t1_s=10.6, t8_s=13.0),
+    ]
+    (greedy, json_row) = sweep.verdicts(rows)
+    assert greedy["met"] and greedy["t1_vs_int4"] == pytest.approx(1.04) and greedy["t8_vs_int8"] < 1
+    assert not json_row["met"], "t1 more than 5% behind int4"
+
+
+def test_every_request_type_runs_to_the_token_budget():
+    from transformers import AutoTokenizer
+    from lynx.models import prepare_smollm2
+
+    sweep = _sweep()
+    tokenizer = AutoTokenizer.from_pretrained(str(prepare_smollm2()))
+    for kind in sweep.REQUEST_TYPES:
+        body = sweep.request_body(tokenizer, 64, 0, kind, 128, seed=3)
+        params = body["sampling_params"]
+        assert params["max_new_tokens"] == 128 and params["ignore_eos"]
+    assert sweep.request_body(tokenizer, 64, 0, "sampled", 8, seed=3)["sampling_params"]["sampling_seed"] == 3
+    assert sweep.request_body(tokenizer, 64, 0, "logprobs", 8, seed=3)["top_logprobs_num"] == 5
+    assert json.loads(sweep.request_body(tokenizer, 64, 0, "json", 8, seed=3)["sampling_params"]["json_schema"])
+
+
+def test_unknown_request_types_are_refused():
+    with pytest.raises(SystemExit):
+        _sweep().parse_args(["--request-types", "greedy,haiku"])
+
+
+@pytest.mark.server
+def test_lynx_point_reports_nth_tokens_arrivals_acceptance_and_verify_stages(tmp_path, model_path):
     out = tmp_path / "sweep.json"
     command = [
         sys.executable, str(BENCHMARK / "ttft_sweep.py"), "--modes", "lynx", "--link-gbps", "0.01",
-        "--prompt-tokens", "512", "--repeats", "1", "--max-tokens", "8", "--nth", "1,8",
-        "--json", str(out), "--log-dir", str(tmp_path / "logs"),
+        "--prompt-tokens", "512", "--request-types", "greedy,logprobs", "--repeats", "1", "--max-tokens", "8",
+        "--nth", "1,8", "--json", str(out), "--log-dir", str(tmp_path / "logs"),
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "TTFT s" in result.stdout and "accept" in result.stdout
-    (row,) = json.loads(out.read_text())["rows"]
-    assert row["mode"] == "lynx" and row["prompt_tokens"] > 512
-    assert 0 < row["ttft_s"] <= row["t8_s"]
-    assert 0 < row["anchor_ready_s"] <= row["residual_ready_s"]
-    assert len(row["stream_bytes"]) == 2 and row["stream_bytes"][0] > 0
-    assert row["speculative_tokens"] > 0 and 0 <= row["accepted_tokens"] <= row["speculative_tokens"]
+    assert "xfer/pf" in result.stdout and "accept" in result.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["request_type"] for r in rows] == ["greedy", "logprobs"]
+    for row in rows:
+        assert row["mode"] == "lynx" and row["prompt_tokens"] > 512 and row["prefill_s"] > 0
+        assert 0 < row["t1_s"] <= row["t8_s"]
+        assert 0 < row["anchor_ready_s"] <= row["residual_ready_s"]
+        assert len(row["stream_bytes"]) == 2 and row["stream_bytes"][0] > 0
+        assert 0 <= row["accepted_tokens"] <= row["speculative_tokens"]
+    assert sum(r["speculative_tokens"] for r in rows) > 0

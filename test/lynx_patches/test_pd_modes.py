@@ -17,26 +17,22 @@ References (see `pd_scenarios` for the deployments and requests):
 from __future__ import annotations
 
 import json
-import secrets
 
 import pytest
 from lynx_testing.exactness import compare_greedy, compare_sampled, sampling_pit
-from pd_scenarios import DEPLOYMENTS, LazyRuns, suites, top2, top_logprobs
+from pd_scenarios import DEPLOYMENTS, top2, top_logprobs
 
 pytestmark = pytest.mark.server
 
 @pytest.fixture(scope="module")
-def bodies(model_path):
-    from transformers import AutoTokenizer
-
-    return suites(AutoTokenizer.from_pretrained(str(model_path)))
+def bodies(pd_bodies):
+    return pd_bodies
 
 
 @pytest.fixture(scope="module")
-def runs(model_path, bodies, server_logs):
-    secret = server_logs / "pd-modes-secret"
-    secret.write_text(secrets.token_hex(32))
-    return LazyRuns(model_path, bodies, server_logs, secret)
+def runs(pd_runs):
+    """The session's deployments (conftest), shared with `test_pd_request_types`."""
+    return pd_runs
 
 
 def _ids(answers) -> list[list[int]]:
@@ -198,7 +194,10 @@ def test_decode_radix_cache_never_shares_anchor_precision_kv(runs):
     _near_tie_compare([reference] * 3, [a, b, c], "radix A/B/C vs int8")
 
 
-@pytest.mark.parametrize("name", [d.name for d in DEPLOYMENTS if not d.single])
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(d.name, marks=[pytest.mark.extended] if d.extended else []) for d in DEPLOYMENTS if not d.single],
+)
 def test_decode_server_frees_every_kv_slot(runs, name):
     run = runs[name]
     assert run.free_after["kv_free_slots"] == run.free_before["kv_free_slots"]

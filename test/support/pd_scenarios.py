@@ -12,9 +12,11 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import secrets
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
 from lynx_testing.netns import INSIDE_ENV, run_isolated
 from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import sse_events
+from request_types import request_types
 
 PROMPT_TOKENS = (512, 1024, 2048, 3584)
 MAX_TOKENS = 32
@@ -41,6 +44,7 @@ class Deployment:
     suites: tuple[str, ...] = ("greedy",)
     reference: bool = False  # request top logprobs (a reference must not change what it decodes)
     isolated: bool = False  # run in a private network namespace (Mooncake listens on every interface)
+    extended: bool = False  # only the extended tier starts it
 
 
 DEPLOYMENTS = (
@@ -49,14 +53,19 @@ DEPLOYMENTS = (
     Deployment("single-int4-loopback", ("--lynx-mode", "int4", "--lynx-loopback"), single=True, suites=("short",)),
     Deployment("bf16", ("--lynx-mode", "bf16"), reference=True),
     Deployment(
-        "int8", ("--lynx-mode", "int8"), suites=("greedy", "stops", "sampling", "distribution"), reference=True
+        "int8",
+        ("--lynx-mode", "int8"),
+        suites=("greedy", "stops", "sampling", "distribution", "types"),
+        reference=True,
     ),
     Deployment("int4", ("--lynx-mode", "int4"), suites=("short",)),
     Deployment(
         "lynx",
         ("--lynx-mode", "lynx", *SLOW_LINK, "--enable-metrics"),
-        suites=("greedy", "stops", "sampling", "sampling-again", "concurrent", "distribution", "openai"),
+        suites=("greedy", "stops", "sampling", "sampling-again", "concurrent", "distribution", "openai", "types"),
     ),
+    Deployment("bf16-types", ("--lynx-mode", "bf16"), suites=("types",), extended=True),
+    Deployment("int4-types", ("--lynx-mode", "int4"), suites=("types",), extended=True),
     Deployment("lynx-2+6", ("--lynx-mode", "lynx", "--lynx-preset", "2+6", *SLOW_LINK)),
     Deployment(
         "lynx-radix",
@@ -105,6 +114,7 @@ def suites(tokenizer) -> dict[str, list[dict]]:
             body("Tell me a very short story.", temperature=1.0, max_new_tokens=4, sampling_seed=seed)
             for seed in DISTRIBUTION_SEEDS
         ],
+        "types": [{"name": t.name, "how": t.how, "body": t.body} for t in request_types(tokenizer)],
     }
 
 
@@ -174,7 +184,7 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
         if radix:
             pd.decode.flush_cache()  # the tree keeps cached KV (warm-up's too): count slots without it
         run.free_before = _state(pd.decode)
-        _ask_all(dep, pd.url, bodies, run)
+        _ask_all(dep, pd.url, bodies, run, pd)
         if radix:
             pd.decode.flush_cache()
         run.free_after = _settled(pd.decode, run.free_before)
@@ -197,9 +207,12 @@ def _run_isolated(dep: Deployment, model_path, bodies: dict, log_dir, secret_fil
     return Run(**json.loads((folder / "run.json").read_text()))
 
 
-def _ask_all(dep: Deployment, url: str, bodies: dict, run: Run) -> None:
+def _ask_all(dep: Deployment, url: str, bodies: dict, run: Run, pd: PDDeployment | None = None) -> None:
     extra = {"return_logprob": True, "top_logprobs_num": TOP_LOGPROBS} if dep.reference else {}
     for suite in dep.suites:
+        if suite == "types":
+            run.outputs[suite] = _ask_types(dep, url, pd, bodies[suite], extra)
+            continue
         requests = [{**b, **extra} for b in bodies[suite.replace("-again", "")]]
         if suite == "openai":
             answers = [_chat(url, b["messages"]) for b in requests]
@@ -211,6 +224,25 @@ def _ask_all(dep: Deployment, url: str, bodies: dict, run: Run) -> None:
         else:
             answers = [post_json(f"{url}/generate", b) for b in requests]
         run.outputs[suite] = answers
+
+
+def _ask_types(dep: Deployment, url: str, pd: PDDeployment, types: list[dict], extra: dict) -> list:
+    """One answer per request type (the decode server's, or an error text); references one at a
+    time, others four at a time (their verify passes then batch several requests)."""
+
+    def ask(kind: dict):
+        body = kind["body"] if kind["how"] == "chat" else {**kind["body"], **extra}
+        try:
+            if kind["how"] == "chat":
+                return post_json(f"{url}/v1/chat/completions", {"model": SERVED_MODEL, **body})
+            if kind["how"] == "direct":
+                return pd.generate_direct(body, secrets.randbelow(2**62) + 1)[1]
+            return post_json(f"{url}/generate", body)
+        except urllib.error.HTTPError as exc:
+            return f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:2000]}"
+
+    with concurrent.futures.ThreadPoolExecutor(1 if dep.reference else 4) as pool:
+        return list(pool.map(ask, types))
 
 
 def _radix_sequence(url: str, body: dict) -> list[dict]:

@@ -1,8 +1,9 @@
 """`SpecController` against a fake scheduler, a real `DecodeSide` on a fake pool, and a scripted verify pass.
 
 The verify forward (an SGLang model pass) is replaced by logits that predict
-chosen tokens, and KV release by a recorder; everything else (the room table,
-parking, rollback arithmetic, failure) is the real code.
+chosen tokens, the sampler by their argmax, and KV release by a recorder;
+everything else (the room table, holding, parking, rollback and replay, the
+finish hook, failure) is the real code.
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ from pd_fakes import SECRET, DecodeHost, FakePool, config, transfer_messages
 
 from lynx_patches.pd.decode_side import DecodeSide
 from lynx_patches.speculate import controller as controller_module
+from lynx_patches.speculate import hooks
 from lynx_patches.speculate.controller import SpecController
+from lynx_patches.speculate.predict import Choice
 from lynx_patches.speculate.state import state_of
 
 VOCAB = 50
 PROMPT = 20
+EOS = 0
 
 
-@dataclass
+@dataclass(eq=False)
 class Req:
     rid: str
     bootstrap_room: int
@@ -38,20 +42,30 @@ class Req:
     grammar: object = None
     customized_info: dict | None = None
     to_finish: object = None
+    custom_logit_processor: object = None
 
     def __post_init__(self):
         self.sampling_params = SimpleNamespace(
-            max_new_tokens=self.max_new_tokens, temperature=0.0, top_k=-1, top_p=1.0, min_p=0.0,
-            logit_bias=None, frequency_penalty=0.0, presence_penalty=0.0, repetition_penalty=1.0,
-            min_new_tokens=0, json_schema=None, regex=None, ebnf=None, structural_tag=None, sampling_seed=None,
-        )  # fmt: skip
+            max_new_tokens=self.max_new_tokens, temperature=0.0, top_k=1, top_p=1.0, min_p=0.0, sampling_seed=None, n=1
+        )
 
     def finished(self):
         return self.finished_reason is not None
 
     def update_finish_state(self, new_accepted_len=1):
-        if len(self.output_ids) >= self.sampling_params.max_new_tokens:
-            self.finished_reason = "length"
+        """SGLang's method (length, EOS, pending abort) behind Lynx's finish hook, as a server runs it."""
+
+        def original(req, *args, **kwargs):
+            if req.finished():
+                return
+            if req.to_finish:
+                req.finished_reason, req.to_finish = req.to_finish, None
+            elif req.output_ids[-1] == EOS:
+                req.finished_reason = "stop"
+            elif len(req.output_ids) >= req.sampling_params.max_new_tokens:
+                req.finished_reason = "length"
+
+        hooks.update_finish_state(original, self, new_accepted_len)
 
 
 class Batch:
@@ -70,8 +84,12 @@ class Scheduler:
         self.waiting_queue = []
         self.metrics_reporter = SimpleNamespace(enable_metrics=False)
         self.tree_cache = object()
+        self.model_config = SimpleNamespace(vocab_size=VOCAB)
         self.streamed = []
         self.output_streamer = SimpleNamespace(stream_output=lambda reqs, _: self.streamed.extend(reqs))
+
+    def is_fully_idle(self):
+        return False
 
 
 @pytest.fixture
@@ -81,25 +99,37 @@ def world(monkeypatch):
     side = DecodeSide(config(max_speculative_tokens=3, transfer_timeout=10.0), SECRET, DecodeHost(), "127.0.0.1", clock=lambda: clock.now)
     side.attach(FakePool(seed=1).view)
     scheduler = Scheduler()
-    released, freed, predictions = [], [], {}
+    released, freed, passes, predictions = [], [], [], {}
+
+    def verify_logits(sched, spans):
+        passes.append([(span.req.rid, span.start, span.count) for span in spans])
+        rows = [predictions[s.req.rid][s.start : s.start + s.count] for s in spans]
+        tokens = torch.tensor([t for row in rows for t in row])
+        logits = torch.full((len(tokens), VOCAB), -10.0)
+        logits[torch.arange(len(tokens)), tokens] = 10.0
+        return logits
+
+    def predict(sched, spans, logits):
+        tokens = logits.argmax(-1).tolist()
+        out, start = [], 0
+        for span in spans:
+            out.append([Choice(t) for t in tokens[start : start + span.count]])
+            start += span.count
+        return out
+
     monkeypatch.setattr("sglang.srt.mem_cache.common.release_kv_cache", lambda req, tree, checkpoint: released.append((req.rid, checkpoint)))
     monkeypatch.setattr(controller_module, "free_tail", lambda sched, req, keep: freed.append((req.rid, keep)))
-    monkeypatch.setattr(controller_module, "verify_logits", lambda sched, req, n: _logits(predictions[req.rid][:n]))
+    monkeypatch.setattr(controller_module, "verify_logits", verify_logits)
+    monkeypatch.setattr(controller_module, "predict", predict)
     world = SimpleNamespace(
         side=side, scheduler=scheduler, controller=SpecController(scheduler, side), clock=clock,
-        released=released, freed=freed, predictions=predictions,
+        released=released, freed=freed, passes=passes, predictions=predictions,
     )  # fmt: skip
     yield world
     side.close()
 
 
-def _logits(tokens):
-    logits = torch.full((len(tokens), VOCAB), -10.0)
-    logits[torch.arange(len(tokens)), torch.tensor(tokens)] = 10.0
-    return logits
-
-
-def admit(world, rid, room, first_token=7):
+def admit(world, rid, room, first_token=7, **req_args):
     """A request whose anchor landed: its room anchored on the side, adopted by the controller."""
     side = world.side
     assert side.claim(room)
@@ -109,12 +139,12 @@ def admit(world, rid, room, first_token=7):
     for parts in [manifest.seal(key), *frames[255], *frames[0]]:
         side._on_message(parts)
     side.rooms.hand_over(room)
-    req = Req(rid, room, [first_token])
+    req = Req(rid, room, [first_token], **req_args)
     world.controller.adopt(req, residual_pending=True, timings=side.rooms.timings(room))
     return req, frames
 
 
-def land_residual(world, room, frames):
+def land_residual(world, frames):
     for parts in frames[1]:
         world.side._on_message(parts)
 
@@ -130,28 +160,31 @@ def test_a_request_that_drafted_its_cap_is_parked_until_its_residual_lands(world
     assert batch.reqs == [] and world.controller.parked == [req] and state_of(req).parked
 
 
-def test_drafts_that_full_precision_agrees_with_are_all_kept_and_verified(world):
+def test_drafts_that_full_precision_agrees_with_are_all_kept_verified_and_requeued(world):
     req, frames = admit(world, "a", 1)
     req.output_ids += [1, 2, 3]
     world.predictions["a"] = [1, 2, 3]
     batch = Batch([req])
     world.controller.before_schedule(batch)  # parks at the cap
-    land_residual(world, 1, frames)
+    land_residual(world, frames)
     world.controller.before_schedule(batch)
     assert req.output_ids == [7, 1, 2, 3] and state_of(req).verified == 4 and not state_of(req).anchor
-    assert world.scheduler.waiting_queue == [req] and world.controller.parked == []
+    assert world.passes == [[("a", 0, 3)]], "rows: t0 and the first two drafts"
+    assert world.scheduler.waiting_queue == [req] and world.controller.parked == [] and state_of(req).requeued
     metrics = world.controller.metrics(req)
     assert (metrics["speculative_tokens"], metrics["accepted_tokens"], metrics["rollbacks"]) == (3, 3, 0)
     assert metrics["anchor_ready_s"] <= metrics["residual_ready_s"]
+    assert {"upgrade_s", "forward_s", "predict_s", "commit_s", "verify_s"} <= metrics.keys()
 
 
 def test_a_wrong_draft_is_rolled_back_and_replaced_by_the_full_precision_token(world):
     req, frames = admit(world, "a", 1)
     req.output_ids += [1, 9, 3]
     world.predictions["a"] = [1, 2, 5]
-    world.controller.before_schedule(Batch([req]))
-    land_residual(world, 1, frames)
-    world.controller.before_schedule(Batch([]))
+    batch = Batch([req])
+    world.controller.before_schedule(batch)
+    land_residual(world, frames)
+    world.controller.before_schedule(batch)
     assert req.output_ids == [7, 1, 2]
     assert world.freed == [("a", PROMPT + 2)], "KV from the first discarded token on is freed"
     metrics = world.controller.metrics(req)
@@ -159,15 +192,69 @@ def test_a_wrong_draft_is_rolled_back_and_replaced_by_the_full_precision_token(w
 
 
 def test_a_request_verified_up_to_its_length_limit_finishes_into_the_cache(world):
-    req, frames = admit(world, "a", 1)
-    req.sampling_params.max_new_tokens = 3
+    req, frames = admit(world, "a", 1, max_new_tokens=3)
     req.output_ids += [1, 2]
     world.predictions["a"] = [1, 2]
     world.controller.before_schedule(Batch([req]))
-    land_residual(world, 1, frames)
+    land_residual(world, frames)
     world.controller.before_schedule(Batch([]))
     assert req.finished() and world.released == [("a", True)] and world.scheduler.streamed == [req]
     assert world.side.rooms.get(1) is None
+
+
+def test_an_eos_among_the_accepted_drafts_finishes_the_request_there(world):
+    req, frames = admit(world, "a", 1)
+    req.output_ids += [1, EOS, 3]
+    world.predictions["a"] = [1, EOS, 3]
+    world.controller.before_schedule(Batch([req]))
+    land_residual(world, frames)
+    world.controller.before_schedule(Batch([]))
+    assert req.output_ids == [7, 1, EOS] and req.finished_reason == "stop"
+    assert world.released == [("a", True)] and world.scheduler.waiting_queue == []
+
+
+def test_every_landed_request_is_verified_in_one_pass(world):
+    reqs = []
+    for index, room in enumerate((1, 2, 3)):
+        req, frames = admit(world, f"r{index}", room)
+        req.output_ids += [1, 2][: index + 1]
+        world.predictions[req.rid] = [1, 2]
+        land_residual(world, frames)
+        reqs.append(req)
+    batch = Batch(reqs)
+    world.controller.before_schedule(batch)
+    assert world.passes == [[("r0", 0, 1), ("r1", 0, 2), ("r2", 0, 2)]]
+    assert all(not state_of(r).anchor and state_of(r).verify_batch == 3 for r in reqs)
+    assert batch.reqs == [] and world.scheduler.waiting_queue == reqs
+
+
+def test_a_request_that_may_not_speculate_streams_its_first_token_then_waits(world):
+    req, frames = admit(world, "a", 1, custom_logit_processor="processor")
+    world.scheduler.waiting_queue.append(req)
+    world.controller.before_schedule(Batch([]))
+    assert world.scheduler.streamed == [req] and world.scheduler.waiting_queue == [] and state_of(req).parked
+    land_residual(world, frames)
+    world.controller.before_schedule(Batch([]))
+    assert world.passes == [] and world.scheduler.waiting_queue == [req] and not state_of(req).anchor
+
+
+def test_a_request_that_may_not_speculate_and_ends_at_its_first_token_is_left_to_sglang(world):
+    req, _ = admit(world, "a", 1, first_token=EOS, custom_logit_processor="processor")
+    world.scheduler.waiting_queue.append(req)
+    world.controller.before_schedule(Batch([]))
+    assert req.finished() and world.scheduler.waiting_queue == [req] and world.scheduler.streamed == []
+
+
+def test_an_abort_of_a_parked_request_ends_it_without_its_drafts(world):
+    req, _ = admit(world, "a", 1)
+    req.output_ids += [1, 2, 3]
+    world.controller.before_schedule(Batch([req]))
+    setattr(world.scheduler, hooks.CONTROLLER_ATTR, world.controller)
+    assert hooks.inflight_reqs({"other"}, world.scheduler) == {"other", req}, "SGLang's abort reaches it"
+    req.to_finish = "abort"
+    world.controller.before_schedule(Batch([]))
+    assert req.finished_reason == "abort" and req.output_ids == [7]
+    assert world.released == [("a", False)] and world.controller.parked == []
 
 
 def test_a_failed_residual_drops_the_drafts_answers_with_the_reason_and_frees_everything(world):
@@ -192,15 +279,45 @@ def test_a_residual_that_stops_moving_fails_the_request_after_the_timeout(world)
     assert req.finished() and "made no progress for 10s" in req.finished_reason.message
 
 
-def test_only_one_request_is_verified_per_pass(world):
-    reqs = []
-    for index, room in enumerate((1, 2)):
-        req, frames = admit(world, f"r{index}", room)
-        req.output_ids += [1]
-        world.predictions[req.rid] = [1]
-        land_residual(world, room, frames)
-        reqs.append(req)
-    world.controller.before_schedule(Batch(reqs))
-    assert [state_of(r).anchor for r in reqs] == [False, True]
-    world.controller.before_schedule(Batch(reqs[1:]))
-    assert not state_of(reqs[1]).anchor
+class _Grammar:
+    def __init__(self):
+        self.accepted, self.rolled_back = [], []
+
+    def accept_token(self, token):
+        self.accepted.append(token)
+
+    def rollback(self, k):
+        self.rolled_back.append(k)
+        del self.accepted[-k:]
+
+    def is_terminated(self):
+        return False
+
+
+def test_a_grammar_is_rolled_back_over_the_drafts_and_advanced_over_the_verified_tokens(world, monkeypatch):
+    monkeypatch.setattr(controller_module, "_can_roll_back", lambda grammar: True)
+    grammar = _Grammar()
+    req, frames = admit(world, "a", 1, grammar=grammar)
+    grammar.accepted = [7, 1, 9, 3]  # t0 and the drafts, as SGLang's decode steps accepted them
+    req.output_ids += [1, 9, 3]
+    world.predictions["a"] = [1, 2, 5]
+    world.controller.before_schedule(Batch([req]))
+    land_residual(world, frames)
+    world.controller.before_schedule(Batch([]))
+    assert grammar.rolled_back == [3] and grammar.accepted == [7, 1, 2] and req.output_ids == [7, 1, 2]
+
+
+def test_a_requeued_request_gets_its_penalizer_history_back(world, monkeypatch):
+    seen = []
+    monkeypatch.setattr(controller_module, "penalizer_rows", lambda vocab, batch, histories: seen.append(histories) or "rows")
+    req, frames = admit(world, "a", 1)
+    req.output_ids += [1, 2]
+    world.predictions["a"] = [1, 2]
+    land_residual(world, frames)
+    world.controller.before_schedule(Batch([req]))
+    fresh = Req("b", 2, [5])
+    prebuilt = SimpleNamespace(reqs=[fresh, req], sampling_info=SimpleNamespace(
+        penalizer_orchestrator=SimpleNamespace(is_required=True)))  # fmt: skip
+    world.controller.after_prebuilt(prebuilt)
+    assert seen == [[[], [7, 1]]] and prebuilt.sampling_info.penalizer_orchestrator == "rows"
+    assert not state_of(req).requeued

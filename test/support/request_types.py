@@ -1,0 +1,87 @@
+"""One request per kind SGLang serves, for the PD tests of every mode (`test_pd_request_types`).
+
+Each entry names a request type and the native `/generate` body that
+exercises it; `how` says how it is sent: through the router (``router``), as
+an OpenAI chat completion (``chat``), or straight to both servers with list
+bootstrap fields (``direct``: SGLang's router refuses batched bodies).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lynx_testing.prompts import chat_prompt, long_question
+
+PROMPT_TOKENS = 512
+MAX_TOKENS = 24
+TOP_LOGPROBS = 20  # as many as the references report, so a logprob request is the same request in both modes
+PERSON_SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+
+
+NAMES = (
+    "greedy", "logprobs", "token-ids-logprobs", "sampled-seed-logprobs", "frequency-presence-penalty",
+    "repetition-penalty", "logit-bias", "min-new-tokens", "stop-string", "stop-regex", "json-schema", "regex",
+    "ebnf", "n-2", "prompt-logprobs-no-output", "batch-list", "select-batch", "chat-n-2",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RequestType:
+    name: str
+    body: dict
+    how: str = "router"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def request_types(tokenizer) -> list[RequestType]:
+    long = chat_prompt(tokenizer, long_question(tokenizer, PROMPT_TOKENS, index=11))
+    person = chat_prompt(
+        tokenizer,
+        long_question(tokenizer, PROMPT_TOKENS, index=12)
+        + " Then describe a person from the essay as JSON with a name and an age.",
+    )
+
+    def body(text=long, **params):
+        return {"text": text, "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0, **params}}
+
+    logprobs = {"return_logprob": True, "top_logprobs_num": TOP_LOGPROBS}
+    types = [
+        RequestType("greedy", body()),
+        RequestType("logprobs", {**body(), **logprobs}),
+        RequestType("token-ids-logprobs", {**body(), "return_logprob": True, "token_ids_logprob": [11, 30, 198]}),
+        RequestType("sampled-seed-logprobs", {**body(temperature=0.8, top_p=0.95, sampling_seed=21), **logprobs}),
+        RequestType("frequency-presence-penalty", body(frequency_penalty=0.8, presence_penalty=0.6)),
+        RequestType("repetition-penalty", body(repetition_penalty=1.3)),
+        RequestType("logit-bias", body(logit_bias={"30": -100.0, "260": 4.0})),
+        RequestType("min-new-tokens", body(chat_prompt(tokenizer, "Say yes."), min_new_tokens=12)),
+        RequestType("stop-string", body(stop=[" the ", "."])),
+        RequestType("stop-regex", body(stop_regex=r"\bis\b")),
+        RequestType("json-schema", body(person, json_schema=_json(PERSON_SCHEMA), max_new_tokens=32)),
+        RequestType("regex", body(regex=r"(Yes|No), because [a-z ]{5,40}\.")),
+        RequestType("ebnf", body(ebnf='root ::= "The essay " ("argues" | "says" | "shows") " that " [a-z ]+ "."')),
+        RequestType("n-2", body(n=2)),
+        RequestType("prompt-logprobs-no-output", {
+            "text": long, "sampling_params": {"max_new_tokens": 0, "temperature": 0},
+            "return_logprob": True, "logprob_start_len": 400}),  # fmt: skip
+        RequestType("batch-list", {
+            "text": [long, chat_prompt(tokenizer, "Name three colors.")],
+            "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0}}, how="direct"),  # fmt: skip
+        RequestType("select-batch", {
+            "text": [long + " The essay is about", long + " The essay is about money"],
+            "sampling_params": {"max_new_tokens": 0, "temperature": 0},
+            "return_logprob": True, "return_text_in_logprobs": True, "logprob_start_len": 500}, how="direct"),  # fmt: skip
+        RequestType("chat-n-2", {"messages": [{"role": "user", "content": "Name a fruit."}], "n": 2,
+                                 "temperature": 0.7, "max_tokens": 8, "seed": 3}, how="chat"),  # fmt: skip
+    ]
+    assert tuple(t.name for t in types) == NAMES
+    return types
+
+
+def _json(value) -> str:
+    import json
+
+    return json.dumps(value)
