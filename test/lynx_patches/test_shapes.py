@@ -210,9 +210,14 @@ def test_qwen2_tp2_equals_tp1_token_for_token(server_logs):
 
     path = prepare("qwen2")
     qwen_prompts = shape_prompts(path)
-    with start(path, [], server_logs / "shape-qwen2-tp1.log") as server:
+    # SGLang sizes the KV pool against memory available machine-wide before the
+    # weights load, and refuses to start when Qwen2's 2.5 GB of fp32 weights take
+    # more than 1 - fraction of it; --max-total-tokens still bounds the pool.
+    memory = ["--mem-fraction-static", "0.8"]
+    with start(path, memory, server_logs / "shape-qwen2-tp1.log") as server:
         reference = record(server, qwen_prompts)
-    with start(path, ["--tp-size", "2"], server_logs / "shape-qwen2-tp2.log") as server:
+    tp2 = [*memory, "--tp-size", "2"]
+    with start(path, tp2, server_logs / "shape-qwen2-tp2.log") as server:
         assert server.get_json("/server_info")["tp_size"] == 2
         candidate = record(server, qwen_prompts)
     assert_equal_to_reference(reference, candidate, "qwen2 tp2")
