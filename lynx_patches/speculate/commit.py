@@ -13,7 +13,10 @@ from __future__ import annotations
 import logging
 from http import HTTPStatus
 
+from lynx.speculation import Verdict, verify
+
 from lynx_patches.speculate.predict import Choice
+from lynx_patches.speculate.verify import Span, free_tail
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +28,20 @@ LOGPROB_LISTS = (
     "output_token_ids_logprobs_val",
     "output_token_ids_logprobs_idx",
 )
+
+
+def apply(scheduler, span: Span, choices: list[Choice]) -> Verdict:
+    """Keep the drafts of `span` that agree with `choices`, then full precision's correction.
+
+    The request ends with its verified tokens, the agreeing drafts and the
+    correction, as far as a finish rule lets it; the KV slots past them are freed.
+    """
+    req = span.req
+    verdict = verify(req.output_ids[span.start : span.start + span.count + 1], [c.token for c in choices])
+    roll_back(req, span.start + 1)
+    replay(req, list(verdict.output_ids[1:]), choices[: len(verdict.output_ids) - 1])
+    free_tail(scheduler, req, len(req.origin_input_ids) + len(req.output_ids) - 1)
+    return verdict
 
 
 def roll_back(req, keep: int) -> None:

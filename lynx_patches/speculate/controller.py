@@ -24,7 +24,6 @@ import secrets
 import time
 from http import HTTPStatus
 
-from lynx.speculation import verify as verify_tokens
 from lynx.transfer.rooms import RoomState
 
 from lynx_patches.speculate import commit
@@ -39,7 +38,7 @@ from lynx_patches.speculate.state import (
     state_of,
     why_not_speculate,
 )
-from lynx_patches.speculate.verify import Span, free_tail, verify_logits
+from lynx_patches.speculate.verify import Span, verify_logits
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +71,6 @@ class SpecController:
         `timings` are the transfer's milestones so far; the room may be gone already.
         """
         reason = why_not_speculate(req)
-        if reason is None and req.grammar is not None and not _can_roll_back(req.grammar):
-            reason = f"grammar backend {type(req.grammar).__name__} cannot roll back"
         cap = 0 if reason is not None else self.config.max_speculative_tokens
         if req.grammar is not None:
             cap = min(cap, GRAMMAR_MAX_DRAFTS)
@@ -149,15 +146,14 @@ class SpecController:
 
     def after_prebuilt(self, batch) -> None:
         """A prebuilt batch has fresh penalizer rows: give verified requests their history back."""
-        requeued = [state_of(req) is not None and state_of(req).requeued for req in batch.reqs]
-        if not any(requeued) or not batch.sampling_info.penalizer_orchestrator.is_required:
+        requeued = [req for req in batch.reqs if (state := state_of(req)) is not None and state.requeued]
+        if not requeued or not batch.sampling_info.penalizer_orchestrator.is_required:
             return
-        histories = [req.output_ids[:-1] if again else [] for req, again in zip(batch.reqs, requeued, strict=True)]
+        histories = [req.output_ids[:-1] if req in requeued else [] for req in batch.reqs]
         vocab = self.scheduler.model_config.vocab_size
         batch.sampling_info.penalizer_orchestrator = penalizer_rows(vocab, batch, histories)
-        for req, again in zip(batch.reqs, requeued, strict=True):
-            if again:
-                state_of(req).requeued = False
+        for req in requeued:
+            state_of(req).requeued = False
 
     # --- verify --------------------------------------------------------------------------------
 
@@ -195,9 +191,15 @@ class SpecController:
             state.grammar_drafts = 0
             spans.append(Span(req, state.verified - 1, state.speculated(len(req.output_ids))))
         started = time.perf_counter()
-        logits = verify_logits(self.scheduler, spans)
-        forward_done = time.perf_counter()
-        choices = predict(self.scheduler, spans, logits)
+        try:
+            logits = verify_logits(self.scheduler, spans)
+            forward_done = time.perf_counter()
+            choices = predict(self.scheduler, spans, logits)
+        except Exception as exc:  # the server keeps serving; these requests end with the cause
+            logger.exception("Lynx decode: verify pass failed")
+            for req in reqs:
+                self._fail(req, f"verify pass failed: {exc!r}")
+            return
         predict_done = time.perf_counter()
         for span, chosen in zip(spans, choices, strict=True):
             state = state_of(span.req)
@@ -209,11 +211,7 @@ class SpecController:
     def _commit(self, span: Span, choices: list) -> None:
         started = time.perf_counter()
         req, state = span.req, state_of(span.req)
-        drafted = req.output_ids[span.start : span.start + span.count + 1]
-        verdict = verify_tokens(drafted, [c.token for c in choices])
-        commit.roll_back(req, state.verified)
-        commit.replay(req, list(verdict.output_ids[1:]), choices[: len(verdict.output_ids) - 1])
-        free_tail(self.scheduler, req, len(req.origin_input_ids) + len(req.output_ids) - 1)
+        verdict = commit.apply(self.scheduler, span, choices)
         state.speculative_tokens += verdict.speculative
         state.accepted_tokens += verdict.accepted
         state.rollbacks += int(verdict.rolled_back)
@@ -310,8 +308,3 @@ class SpecController:
 
         attach(req, self.metrics(req))
 
-
-def _can_roll_back(grammar) -> bool:
-    from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject
-
-    return type(grammar).rollback is not BaseGrammarObject.rollback

@@ -141,4 +141,13 @@ def why_not_speculate(req) -> str | None:
         return "LoRA adapters (untested here)"
     if getattr(req, "beam_group", None) is not None:
         return "beam search"
+    grammar = getattr(req, "grammar", None)
+    if grammar is not None and not _can_roll_back(grammar):
+        return f"grammar backend {type(grammar).__name__} cannot roll back"
     return None
+
+
+def _can_roll_back(grammar) -> bool:
+    from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject
+
+    return type(grammar).rollback is not BaseGrammarObject.rollback

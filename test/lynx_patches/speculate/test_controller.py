@@ -14,10 +14,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject
 from lynx.transfer.keys import transfer_key
 from pd_fakes import SECRET, DecodeHost, FakePool, config, transfer_messages
 
 from lynx_patches.pd.decode_side import DecodeSide
+from lynx_patches.speculate import commit
 from lynx_patches.speculate import controller as controller_module
 from lynx_patches.speculate import hooks
 from lynx_patches.speculate.controller import SpecController
@@ -118,7 +120,7 @@ def world(monkeypatch):
         return out
 
     monkeypatch.setattr("sglang.srt.mem_cache.common.release_kv_cache", lambda req, tree, checkpoint: released.append((req.rid, checkpoint)))
-    monkeypatch.setattr(controller_module, "free_tail", lambda sched, req, keep: freed.append((req.rid, keep)))
+    monkeypatch.setattr(commit, "free_tail", lambda sched, req, keep: freed.append((req.rid, keep)))
     monkeypatch.setattr(controller_module, "verify_logits", verify_logits)
     monkeypatch.setattr(controller_module, "predict", predict)
     world = SimpleNamespace(
@@ -279,8 +281,9 @@ def test_a_residual_that_stops_moving_fails_the_request_after_the_timeout(world)
     assert req.finished() and "made no progress for 10s" in req.finished_reason.message
 
 
-class _Grammar:
+class _Grammar(BaseGrammarObject):
     def __init__(self):
+        super().__init__()
         self.accepted, self.rolled_back = [], []
 
     def accept_token(self, token):
@@ -294,8 +297,7 @@ class _Grammar:
         return False
 
 
-def test_a_grammar_is_rolled_back_over_the_drafts_and_advanced_over_the_verified_tokens(world, monkeypatch):
-    monkeypatch.setattr(controller_module, "_can_roll_back", lambda grammar: True)
+def test_a_grammar_is_rolled_back_over_the_drafts_and_advanced_over_the_verified_tokens(world):
     grammar = _Grammar()
     req, frames = admit(world, "a", 1, grammar=grammar)
     grammar.accepted = [7, 1, 9, 3]  # t0 and the drafts, as SGLang's decode steps accepted them
@@ -321,3 +323,24 @@ def test_a_requeued_request_gets_its_penalizer_history_back(world, monkeypatch):
     world.controller.after_prebuilt(prebuilt)
     assert seen == [[[], [7, 1]]] and prebuilt.sampling_info.penalizer_orchestrator == "rows"
     assert not state_of(req).requeued
+
+
+def test_a_verify_pass_that_fails_ends_its_requests_with_the_cause_and_the_server_goes_on(world, monkeypatch):
+    def broken(sched, spans):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(controller_module, "verify_logits", broken)
+    req, frames = admit(world, "a", 1)
+    req.output_ids += [1, 2]
+    land_residual(world, frames)
+    world.controller.before_schedule(Batch([req]))
+    assert "verify pass failed" in req.finished_reason.message and req.output_ids == [7]
+    assert world.released == [("a", False)] and world.controller.reqs == {}
+
+
+def test_a_grammar_that_cannot_roll_back_keeps_its_request_from_speculating(world):
+    req, _ = admit(world, "a", 1, grammar=BaseGrammarObject())
+    assert state_of(req).cap == 0
+    world.scheduler.waiting_queue.append(req)
+    world.controller.before_schedule(Batch([]))
+    assert state_of(req).parked and world.scheduler.streamed == [req]
