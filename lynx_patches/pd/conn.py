@@ -27,7 +27,19 @@ DUPLICATE = (
 )
 
 
-class LynxKVSender(CommonKVSender):
+class _ClaimsItsRoom:
+    """A sender or receiver that lost the claim on its room to a live request fails with
+    `DUPLICATE`, leaving that request's state in SGLang's room tables alone."""
+
+    _lynx_owner: bool
+
+    def failure_exception(self):
+        if self._lynx_owner:
+            return super().failure_exception()
+        raise KVTransferError(self.bootstrap_room, DUPLICATE.format(room=self.bootstrap_room))
+
+
+class LynxKVSender(_ClaimsItsRoom, CommonKVSender):
     """Prefill side per request; the manager's `PrefillSide` does the sending."""
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room, *args, **kwargs):
@@ -55,13 +67,8 @@ class LynxKVSender(CommonKVSender):
             self.kv_mgr.side.release(self.bootstrap_room)
             super().clear()
 
-    def failure_exception(self):
-        if self._lynx_owner:
-            return super().failure_exception()
-        raise KVTransferError(self.bootstrap_room, DUPLICATE.format(room=self.bootstrap_room))
 
-
-class LynxKVReceiver(CommonKVReceiver):
+class LynxKVReceiver(_ClaimsItsRoom, CommonKVReceiver):
     """Decode side per request: reserves the room's slots, fences failures, enforces the timeout."""
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
@@ -120,11 +127,6 @@ class LynxKVReceiver(CommonKVReceiver):
         if self._lynx_owner:
             self.kv_mgr.side.release(self.bootstrap_room)
         super().clear()
-
-    def failure_exception(self):
-        if self._lynx_owner:
-            return super().failure_exception()
-        raise KVTransferError(self.bootstrap_room, DUPLICATE.format(room=self.bootstrap_room))
 
 
 class LynxKVBootstrapServer(CommonKVBootstrapServer):

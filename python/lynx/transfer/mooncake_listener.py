@@ -58,7 +58,7 @@ from lynx.transfer.mooncake_control import (
 from lynx.transfer.mooncake_credits import Credits, PeerState
 from lynx.transfer.mooncake_engine import MooncakeEngine
 from lynx.transfer.transport import Listener, TransportError
-from lynx.transfer.zmq_transport import _ZapHandler
+from lynx.transfer.zmq_transport import ZapHandler
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class MooncakeListener(Listener):
         self._engine = MooncakeEngine(host, protocol, device)
         self._context = zmq.Context()
         curve = curve_keys(self._key) if self._key else None
-        self._zap = _ZapHandler(self._context, curve.client_public) if curve is not None else None
+        self._zap = ZapHandler(self._context, curve.client_public) if curve is not None else None
         try:
             self._arena = np.zeros(slots * slot_bytes, dtype=np.uint8)
             arena_address = self._engine.register(self._arena)

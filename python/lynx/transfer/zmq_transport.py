@@ -134,7 +134,7 @@ class ZmqListener(Listener):
             raise ValueError(f"high_water_mark must be an int >= 1, got {high_water_mark!r}")
         self.max_message_bytes = max_message_bytes
         self._context = zmq.Context()
-        self._zap = _ZapHandler(self._context, curve.client_public) if curve is not None else None
+        self._zap = ZapHandler(self._context, curve.client_public) if curve is not None else None
         self._socket = self._context.socket(zmq.PULL)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
@@ -183,7 +183,7 @@ class ZmqListener(Listener):
             self._context.term()
 
 
-class _ZapHandler:
+class ZapHandler:
     """ZeroMQ's authentication hook for one context: admits CURVE clients holding `client_public`.
 
     Rejected handshakes never reach the listener's queue, so they cost no memory.
