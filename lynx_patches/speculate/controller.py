@@ -24,7 +24,6 @@ import secrets
 import time
 from http import HTTPStatus
 
-from lynx.transfer.rooms import RoomState
 
 from lynx_patches.speculate import commit
 from lynx_patches.speculate.idle import IdleWait
@@ -136,7 +135,7 @@ class SpecController:
                 self._fail(req, f"residual KV failed: {failure or 'the transfer was lost'}", running_batch)
             elif state.parked and req.to_finish:
                 self._finish(req, checkpoint=False)  # aborted while it waited
-            elif room_state is RoomState.LANDED:
+            elif self._upgrade(state):
                 landed.append(req)
         if landed:
             self._verify_landed(landed, running_batch)
@@ -157,15 +156,18 @@ class SpecController:
 
     # --- verify --------------------------------------------------------------------------------
 
+    def _upgrade(self, state: SpecState) -> bool:
+        """Apply what has landed of the residual (segment by segment); True once all of it is in."""
+        started = time.perf_counter()
+        done = self.side.apply_residual(state.room)
+        state.profile["upgrade_s"] = state.profile.get("upgrade_s", 0.0) + time.perf_counter() - started
+        return done
+
     def _verify_landed(self, landed: list, running_batch) -> None:
-        """Upgrade every landed request; verify those with held-back tokens in one pass."""
+        """Verify every request whose KV is now full precision, those with held-back tokens in one pass."""
         to_verify = []
         for req in landed:
             state = state_of(req)
-            started = time.perf_counter()
-            if not self.side.apply_residual(state.room):
-                continue
-            state.profile["upgrade_s"] = time.perf_counter() - started
             state.anchor = False
             req.skip_radix_cache_insert = state.barred_from_tree
             if state.speculated(len(req.output_ids)) > 0:
