@@ -29,8 +29,10 @@ from lynx.manifest import ManifestAuthError, ManifestError, manifest_room, open_
 from lynx.transfer.frames import (
     FrameAuthError,
     FrameError,
+    alive_room,
     decode_frame,
     peek_room,
+    verify_alive,
 )
 from lynx.transfer.keys import new_nonce, transfer_key
 from lynx.transfer.rooms import Room, RoomState, RoomTable
@@ -182,9 +184,18 @@ class DecodeSide:
     def _on_message(self, msg: list[bytes]) -> None:
         room = manifest_room(msg)
         if room is not None:
-            self._on_manifest(room, msg)
-        else:
-            self._on_frame(msg)
+            return self._on_manifest(room, msg)
+        room = alive_room(msg)
+        if room is not None:
+            return self._on_alive(room, msg)
+        self._on_frame(msg)
+
+    def _on_alive(self, room: int, msg: list[bytes]) -> None:
+        """The prefill is still computing the room's tokens: silence meanwhile is not a stall."""
+        entry = self.rooms.get(room)
+        if entry is None or not verify_alive(msg, entry.key):
+            return self._drop(room, "an alive message for no room of this rank, or with a bad MAC")
+        self.rooms.progress(room)
 
     def _on_crash(self, name: str, error: str) -> None:
         for room in self.rooms.live():

@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 from lynx.config import LynxConfig
 from lynx.manifest import Manifest, dtype_name, wire_version
-from lynx.transfer.frames import AUX_STREAM
+from lynx.transfer.frames import AUX_STREAM, encode_alive
 from lynx.transfer.keys import transfer_key
 from lynx.transfer.pacer import make_pacer
 from lynx.transfer.select import make_transport
@@ -42,6 +42,7 @@ from lynx_patches.pd.pool import PoolView, page_slots
 logger = logging.getLogger(__name__)
 
 STALE_METADATA_S = 300.0
+ALIVE_EVERY_S = 1.0
 
 
 class PrefillHost(Protocol):
@@ -102,6 +103,7 @@ class PrefillSide:
         self._lock = threading.Condition()
         self._jobs: queue.Queue[_Job] = queue.Queue()
         self._held: list[tuple] = []  # residual submissions of the batch being encoded (encoder thread)
+        self._alive: dict[int, list[tuple[str, bytes]]] = {}  # announced rooms still computing -> (endpoint, key)
         self._pool: PoolView | None = None
         self._pool_ready = threading.Event()
         self.transport = make_transport(config, secret, address)
@@ -135,6 +137,7 @@ class PrefillSide:
     def start(self) -> None:
         self.sender.start()
         self.supervisor.start("LynxPrefillEncoder", self._encode_loop)
+        self.supervisor.start("LynxPrefillAlive", self._alive_loop)
 
     def close(self) -> None:
         self.supervisor.close()
@@ -197,6 +200,7 @@ class PrefillSide:
         """Nothing more of the room is encoded or sent."""
         with self._lock:
             self._aborted.add(room)
+            self._alive.pop(room, None)
             self._outgoing.pop(room, None)
         self.sender.cancel(room)
 
@@ -227,6 +231,7 @@ class PrefillSide:
         with self._lock:
             self._claims.discard(room)
             self._outgoing.pop(room, None)
+            self._alive.pop(room, None)
             self._destinations.pop(room, None)
             self._metadata_at.pop(room, None)
             self._aborted.discard(room)
@@ -283,7 +288,15 @@ class PrefillSide:
                 job = self._jobs.get(timeout=0.5)
             except queue.Empty:
                 continue
-            self._run(job)
+            try:
+                self._run(job)
+            finally:
+                self._jobs.task_done()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until every queued job is encoded and its streams handed to the sender."""
+        with self._jobs.all_tasks_done:
+            return self._jobs.all_tasks_done.wait_for(lambda: self._jobs.unfinished_tasks == 0, timeout_s)
 
     def _run(self, job: _Job) -> None:
         """Send one job; any error fails its room (here and on its decode ranks), never the thread."""
@@ -303,6 +316,16 @@ class PrefillSide:
             live = [submission for submission in held if submission[1] not in self._aborted]
         for submission in live:
             self.sender.submit(*submission)
+
+    def _alive_loop(self) -> None:
+        """While an announced room's prefill is still computing, tell its decode ranks so every
+        `ALIVE_EVERY_S`: their no-progress timeout then only fires on a real stall."""
+        while not self.supervisor.stop.wait(ALIVE_EVERY_S):
+            with self._lock:
+                targets = [(room, list(peers)) for room, peers in self._alive.items()]
+            for room, peers in targets:
+                for endpoint, key in peers:
+                    self.sender.submit_message(endpoint, room, encode_alive(room, key))
 
     def _on_crash(self, name: str, error: str) -> None:
         logger.error("Lynx prefill: %s restarted after: %s", name, error)
@@ -339,6 +362,8 @@ class PrefillSide:
                 continue
             if job.segment == 0:
                 self.sender.submit_message(meta.data_endpoint, job.room, self._manifest(job).seal(key))
+                with self._lock:
+                    self._alive.setdefault(job.room, []).append((meta.data_endpoint, key))
             bounds = self.wire.layer_bounds(shape)
             for stream, (data, layer_bounds) in enumerate(zip(streams, bounds)):
                 submission = (meta.data_endpoint, job.room, stream, data.numpy(), layer_bounds, key, job.segment)
@@ -347,6 +372,8 @@ class PrefillSide:
                 else:
                     self._held.append(submission)
         if job.segment is None:
+            with self._lock:
+                self._alive.pop(job.room, None)
             self._host.succeed(job.room)
 
     def _manifest(self, job: _Job) -> Manifest:
@@ -362,6 +389,8 @@ class PrefillSide:
 
     def _on_send_error(self, room: int, message: str) -> None:
         logger.error("Lynx prefill: room %s: %s", room, message)
+        with self._lock:
+            self._alive.pop(room, None)
         self._host.fail(room, message, self._targets(room))
 
     def _targets(self, room: int) -> tuple[tuple[str, int], ...]:

@@ -192,6 +192,27 @@ def peek_room(parts: list[bytes]) -> int | None:
     return int.from_bytes(head[_ROOM_START:_ROOM_END], "big")
 
 
+ALIVE_TAG = b"LYNX_ALIVE"
+
+
+def encode_alive(room: int, key: bytes) -> list[bytes]:
+    """``[ALIVE_TAG, room (u64), MAC]``: the sender is still computing `room`'s KV (keyed by the transfer)."""
+    room_bytes = room.to_bytes(8, "big")
+    return [ALIVE_TAG, room_bytes, sign(key, ALIVE_TAG, room_bytes)]
+
+
+def alive_room(parts: list[bytes]) -> int | None:
+    """The room an alive message names, unauthenticated (check it with `verify_alive`); None if not one."""
+    if len(parts) != 3 or parts[0] != ALIVE_TAG or len(parts[1]) != 8:
+        return None
+    return int.from_bytes(parts[1], "big")
+
+
+def verify_alive(parts: list[bytes], key: bytes) -> bool:
+    """Whether an alive message was signed with `key` (its room's transfer key)."""
+    return verify(key, parts[2], ALIVE_TAG, parts[1])
+
+
 def sign(key: bytes, *fields: bytes) -> bytes:
     """A 16-byte MAC over length-prefixed ``fields`` (control messages: handshake, registration)."""
     digest = hashlib.blake2b(digest_size=MAC_BYTES, key=root_key(key), person=_CONTROL_PERSON)

@@ -7,8 +7,10 @@ deadline is measured with its one clock. The states, in order:
   sender's manifest. No Lynx deadline yet: the prefill may queue or compute
   for minutes (the serving engine's own waiting timeout applies).
 * ``RECEIVING``: the manifest was accepted; frames are arriving. The deadline
-  is armed: ``timeout`` seconds without progress (the manifest, then every
-  accepted frame) fails the room.
+  is armed: ``timeout`` seconds without progress fails the room. Progress is
+  the manifest, then anything accepted from the room's sender (`progress`):
+  one sender's link carries its rooms one after another, so a room queued
+  behind another of the same sender is waiting, not stalled.
 * ``WRITING``: the receiver is writing the anchor into the slots. Closing a
   room waits for the write to end, so slots are never freed under a writer.
 * ``ANCHORED``: the anchor is in the slots; later streams are still arriving.
@@ -183,11 +185,15 @@ class RoomTable:
             return None
 
     def progress(self, room: int) -> None:
-        """A frame of the room was accepted: push its deadline back."""
+        """Something of the room was accepted: push back the deadline of every room of its sender."""
         with self._cond:
             entry = self._rooms.get(room)
-            if entry is not None and entry.deadline is not None and entry.state in LIVE:
-                entry.deadline = self.clock() + self.timeout
+            if entry is None:
+                return
+            deadline = self.clock() + self.timeout
+            for other in self._rooms.values():
+                if other.peer == entry.peer and other.deadline is not None and other.state in LIVE:
+                    other.deadline = deadline
 
     @contextmanager
     def writing(self, room: int, final: bool = True) -> Iterator[bool]:

@@ -172,3 +172,15 @@ def test_one_stream_rooms_complete_when_everything_landed():
     rooms.all_landed(7, complete=True)
     assert rooms.state(7) is RoomState.COMPLETE and rooms.get(7).assembly is None
     assert rooms.take_landed(7) is None
+
+
+def test_anything_from_a_sender_keeps_all_its_rooms_alive_but_not_another_senders():
+    rooms, clock = table(timeout=10.0)
+    for room, peer in ((1, "a"), (2, "a"), (3, "b")):
+        reserve(rooms, room, peer=peer)
+        rooms.start_receiving(room, "manifest", "assembly")
+    for _ in range(3):
+        clock.now += 8
+        rooms.progress(1)  # room 2 waits its turn behind room 1 on sender a's link
+    assert rooms.expire(2) is None
+    assert "no progress" in rooms.expire(3)

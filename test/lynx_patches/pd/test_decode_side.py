@@ -262,3 +262,20 @@ def test_a_peer_without_the_secret_cannot_get_a_byte_to_the_data_thread(lynx_sid
     with ZmqTransport(send_timeout_s=5, curve=curve_keys(SECRET)) as good:
         good.send(side.data_endpoint, [b"junk"])
     assert wait_for(lambda: side.dropped == 1) and host.failures == []
+
+
+def test_the_prefill_still_computing_keeps_a_room_alive_and_a_forged_alive_does_not(lynx_side, clock):
+    from lynx.transfer.frames import encode_alive
+
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, _ = messages(side, key)
+    deliver(side, [manifest.seal(key)])
+    for _ in range(4):
+        clock.now += 20
+        deliver(side, [encode_alive(ROOM, key)])
+    assert side.check(ROOM) is None
+    clock.now += 20
+    deliver(side, [encode_alive(ROOM, b"z" * 32)])
+    clock.now += 11
+    assert "no progress" in side.check(ROOM) and side.dropped == 1

@@ -55,8 +55,7 @@ class Pair:
 
     def chunk(self, start: int, end: int, last: bool) -> None:
         self.prefill.add_chunk(ROOM, SRC[start:end], last, 2, end - start)
-        assert wait_for(lambda: self.prefill._jobs.empty() and not self.prefill.busy(ROOM))
-        assert self.prefill.sender.wait_idle(30)
+        assert self.prefill.drain(30) and self.prefill.sender.wait_idle(30)
 
     def deliver(self) -> None:
         sent, self.prefill.transport.sent[:] = list(self.prefill.transport.sent), []
@@ -130,3 +129,21 @@ def test_more_tokens_than_reserved_fail_the_room_on_both_sides(pair):
     pair.prefill.add_chunk(ROOM, np.arange(0, TOKENS + 1), True, 2, TOKENS + 1)
     (room, reason), = pair.prefill_host.failures
     assert room == ROOM and "reserved 150 tokens, this prefill has 151" in reason
+
+
+def test_while_the_prefill_computes_its_decode_ranks_hear_it_is_alive_until_the_metadata(monkeypatch):
+    from lynx.transfer.frames import ALIVE_TAG
+    from lynx_patches.pd import prefill_side
+
+    monkeypatch.setattr(prefill_side, "ALIVE_EVERY_S", 0.05)
+    pair = Pair(segment_tokens=64)
+    try:
+        pair.chunk(0, 100, last=False)
+        sent = pair.prefill.transport.sent
+        assert wait_for(lambda: sum(m[0] == ALIVE_TAG for m in sent) >= 2), "segment 0 is out, the rest computing"
+        pair.chunk(100, TOKENS, last=True)
+        pair.deliver()
+        assert pair.decode_host.succeeded == [ROOM]
+        assert not wait_for(lambda: any(m[0] == ALIVE_TAG for m in sent), timeout_s=0.3), "no alive after the metadata"
+    finally:
+        pair.close()
