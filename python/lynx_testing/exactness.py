@@ -16,6 +16,12 @@ from dataclasses import dataclass
 # counts as a tie. Never widen it to make a comparison pass.
 NEAR_TIE_GAP = 0.02
 
+# Two bf16 decoders (SGLang's kernels and transformers') round logits to bf16
+# on their own: one bf16 step for a logit of magnitude 16 to 32, where these
+# models' top logits lie, is 2**-3 nats. Two top logits one step apart are
+# tied at bf16's resolution; only bf16-against-bf16 comparisons use this.
+BF16_NEAR_TIE_GAP = 2.0**-3
+
 TopTwo = tuple[tuple[int, float], tuple[int, float]]
 
 
@@ -51,7 +57,7 @@ def compare_greedy(
         candidate: the tokens under test.
         reference_top2: per reference position, its two most likely tokens as
             ``((token, logprob), (token, logprob))``, best first.
-        max_gap: largest top-2 logprob gap accepted as a tie.
+        max_gap: largest top-2 logprob gap accepted as a tie (inclusive).
     """
     if len(reference_top2) < len(reference):
         raise ValueError("reference_top2 must cover every reference position")
@@ -61,7 +67,7 @@ def compare_greedy(
         (first, first_lp), (second, second_lp) = reference_top2[pos]
         gap = first_lp - second_lp
         tied_pair = {first, second} == {ref_tok, cand_tok}
-        if tied_pair and gap < max_gap:
+        if tied_pair and gap <= max_gap:
             return Comparison("near_tie", pos, gap)
         return Comparison(
             "mismatch",
