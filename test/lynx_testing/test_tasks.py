@@ -7,6 +7,7 @@ from lynx_testing.tasks import (
     TaskItem,
     heldout_texts,
     mean_string_match_all,
+    multikey_item,
     needle_item,
     shakespeare_texts,
     string_match_all,
@@ -129,6 +130,32 @@ def test_passkey_appears_only_in_the_needle(tokenizer):
         needle_item(tokenizer, 1024, 0.4, seed=9, style="riddle")
     with pytest.raises(ValueError):
         needle_item(tokenizer, 1024, 1.2, seed=9)
+
+
+def test_multikey_asks_for_one_of_several_distinct_keyed_numbers(tokenizer):
+    item = multikey_item(tokenizer, 1024, 0.3, seed=5, num_keys=4)
+    assert item.task == "multikey" and len(item.inserted) == 4 and len(set(item.inserted)) == 4
+    (value,) = item.answers
+    keys = [s.split(" for ")[1].split(" is:")[0] for s in item.inserted]
+    values = [s.rsplit(" ", 1)[1].rstrip(".") for s in item.inserted]
+    assert len(set(keys)) == 4 and len(set(values)) == 4 and value in values
+    asked = keys[values.index(value)]
+    assert item.prompt.rsplit(item.context, 1)[1].count(asked) == 2  # the question and the answer's opening
+    assert item.prompt.count(value) == 1 and item.prompt.endswith(item.answer_prefix)
+    positions = [item.context.index(s) for s in item.inserted]
+    assert positions == sorted(positions) and list(item.depths) == sorted(item.depths)
+
+
+@pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])
+def test_multikey_puts_the_asked_needle_at_its_depth(tokenizer, depth):
+    item = multikey_item(tokenizer, 2048, depth, seed=12)
+    (value,) = item.answers
+    asked = next(s for s in item.inserted if s.endswith(f"{value}."))
+    assert item.depths[item.inserted.index(asked)] == depth
+    assert multikey_item(tokenizer, 2048, depth, seed=12) == item
+    assert abs(item.prompt_tokens - 2048) <= 0.02 * 2048
+    with pytest.raises(ValueError):
+        multikey_item(tokenizer, 2048, depth, seed=12, num_keys=1)
 
 
 def test_variable_chains_resolve_to_the_queried_value_in_context_order(tokenizer):

@@ -1,0 +1,156 @@
+"""One model's evaluation: every variant's PD pair in turn, and the held-out text scored alongside.
+
+Per variant, one fresh deployment: first the speed rows (the prefill timed
+alone, then streamed requests at every link rate), then the task items. The
+teacher-forced scoring runs in this process on a background thread while
+deployments start and answer task items, never during a timed phase: both
+take `gate` (a lock) around each unit of work.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from evaluation import accuracy, estimates, likelihood, speed
+from evaluation.deployments import deployment, http_ports, start
+from evaluation.link import ShapedLoopback
+from evaluation.plan import ModelPlan, Variant
+from lynx.models import prepare
+from lynx_testing.tasks import heldout_texts
+
+KL_SEED = 14
+
+
+class Background(threading.Thread):
+    """Runs `fn` on a daemon thread; `result()` joins it and returns its value or re-raises its error."""
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        super().__init__(daemon=True)
+        self._fn, self._value, self._error = fn, None, None
+
+    def run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the joining thread
+            self._error = exc
+
+    def result(self):
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def units(plan: ModelPlan, variants: Sequence[Variant]) -> int:
+    """Progress steps of one model: per variant a start, a calibration, the speed requests and the items; the windows."""
+    per = [2 + len(plan.speed_ratios) * plan.speed_repeats + _item_count(plan, v) for v in variants]
+    return sum(per) + plan.kl_windows
+
+
+def _item_count(plan: ModelPlan, variant: Variant) -> int:
+    return min(plan.stock_items, len(plan.items)) if variant.stock else len(plan.items)
+
+
+def evaluate_model(plan: ModelPlan, variants: Sequence[Variant], out_dir: Path, link: ShapedLoopback,
+                   progress) -> dict:  # fmt: skip
+    """Run `plan` for every variant; returns every number (see `report.py` for the layout)."""
+    from transformers import AutoTokenizer
+
+    model_path = prepare(plan.model, log=progress.write)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    items = [(spec, accuracy.build_item(tokenizer, spec)) for spec in plan.items]
+    windows = heldout_texts(tokenizer, plan.kl_context, plan.kl_continuation, plan.kl_windows, seed=KL_SEED)
+    gate = threading.Lock()
+
+    def score():
+        scorer = likelihood.TeacherForcing(model_path)
+        return likelihood.score_windows(scorer, windows, list(likelihood.CODECS), progress.step, gate)
+
+    scoring = Background(score)
+    scoring.start()
+    result = {"model": plan.model, "model_path_name": model_path.name, "variants": {}, "speed": [], "rates_gbps": None}
+    rates: list[float] | None = None
+    for variant in variants:
+        record = result["variants"].setdefault(variant.name, {})
+        try:
+            rates = _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rates, gate,
+                                 progress, record, result)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - one variant's failure is reported, the run goes on
+            record["error"] = f"{type(exc).__name__}: {exc}"
+            record["traceback"] = traceback.format_exc()
+            progress.write(f"[{plan.model} {variant.name}] failed: {record['error'].splitlines()[0]}")
+    result["rates_gbps"] = rates
+    try:
+        per_window = scoring.result()
+        result["likelihood"] = {"per_window": per_window, "summary": likelihood.summarize(per_window)}
+    except Exception as exc:  # noqa: BLE001
+        result["likelihood"] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    result["comparisons"] = _comparisons(result["variants"])
+    _estimator_check(plan, result, progress)
+    return result
+
+
+def _estimator_check(plan: ModelPlan, result: dict, progress) -> None:
+    """Codec rates on this model's KV shape, then the estimator against every measured speed row."""
+    if not result["speed"]:
+        return
+    progress.phase(f"{plan.model}: codec rates and estimator check")
+    tokens = result["speed"][0]["prompt_tokens"]
+    rates = estimates.codec_rates(plan.geometry, tokens)
+    calibrated = {name: v["prefill_s"] for name, v in result["variants"].items() if "prefill_s" in v}
+    prefill_s = calibrated.get("bf16", next(iter(calibrated.values())))
+    result["codec_rates"] = rates
+    result["estimator_prefill_s"] = prefill_s
+    result["estimator_check"] = estimates.check_rows(plan.geometry, result["speed"], prefill_s, rates)
+
+
+def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rates, gate, progress, record, result):
+    progress.phase(f"{plan.model} {variant.name}: starting the PD pair")
+    log_dir = out_dir / "logs" / f"{plan.model}-{variant.name}"
+    pd = start(lambda: deployment(plan, variant, model_path, log_dir), log=progress.write)
+    try:
+        progress.step()
+        with gate:
+            progress.phase(f"{plan.model} {variant.name}: speed")
+            prefill_s = speed.calibrate(pd, tokenizer, plan.speed_tokens)
+            record["prefill_s"] = prefill_s
+            progress.step()
+            if rates is None:
+                rates = speed.rates_for(plan.geometry, plan.speed_tokens, prefill_s, plan.speed_ratios)
+                result["reference_prefill_s"] = prefill_s
+            result["speed"] += speed.run_speed(pd, link, plan, variant, tokenizer, rates, prefill_s,
+                                               result["reference_prefill_s"], progress.step)  # fmt: skip
+        progress.phase(f"{plan.model} {variant.name}: task items")
+        chosen = items[: _item_count(plan, variant)]
+        # A slow link in lynx modes, so that items are drafted on the anchor and verified.
+        record["accuracy_link_gbps"] = min(rates) if variant.speculates else None
+        if variant.speculates:
+            link.set_rate(min(rates), http_ports(pd))
+        try:
+            record["items"] = accuracy.run_items(pd.url, chosen, progress.step)
+        finally:
+            link.set_rate(None)
+        record["summary"] = accuracy.summarize(record["items"])
+    finally:
+        pd.stop()
+    return rates
+
+
+COMPARISONS = (
+    ("int8", "lynx"), ("bf16", "stock"), ("bf16", "int8"), ("bf16", "int4"), ("bf16", "lynx-2+6"),
+    ("int8", "lynx-2+6"),
+)  # fmt: skip
+
+
+def _comparisons(variants: dict) -> list[dict]:
+    out = []
+    for reference, candidate in COMPARISONS:
+        ref, cand = variants.get(reference, {}).get("items"), variants.get(candidate, {}).get("items")
+        if ref and cand:
+            verdicts = accuracy.compare(ref, cand)
+            counts = {v: sum(1 for e in verdicts if e["verdict"] == v) for v in ("equal", "near_tie", "mismatch")}
+            out.append({"reference": reference, "candidate": candidate, "counts": counts, "items": verdicts})
+    return out

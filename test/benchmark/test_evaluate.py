@@ -1,0 +1,116 @@
+"""The evaluation command: its pure pieces, and its smallest configuration end to end on real PD pairs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
+if str(BENCHMARK) not in sys.path:
+    sys.path.insert(0, str(BENCHMARK))
+
+from evaluation import accuracy, claims, likelihood, speed  # noqa: E402
+from evaluation.link import ShapedLoopback  # noqa: E402
+from evaluation.plan import PROFILES, VARIANTS  # noqa: E402
+
+
+class _Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, argv, **kwargs):
+        self.calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+def test_link_shapes_everything_but_the_exempt_ports():
+    run = _Recorder()
+    ShapedLoopback(run=run).set_rate(0.02, exempt_ports=[8000])
+    commands = [" ".join(c) for c in run.calls]
+    assert commands[0] == "tc qdisc del dev lo root"
+    assert "htb rate 20000000bit ceil 20000000bit" in commands[2] and "default 10" in commands[1]
+    assert sum("u32 match ip sport 8000 0xffff flowid 1:20" in c for c in commands) == 1
+    assert sum("u32 match ip dport 8000 0xffff flowid 1:20" in c for c in commands) == 1
+
+
+def test_unshaping_only_removes_the_qdisc_and_bad_rates_are_refused():
+    run = _Recorder()
+    link = ShapedLoopback(run=run)
+    link.set_rate(None)
+    assert run.calls == [["tc", "qdisc", "del", "dev", "lo", "root"]] and link.gbps is None
+    with pytest.raises(ValueError):
+        link.set_rate(0.0)
+
+
+def test_rates_put_the_bf16_transfer_at_the_asked_multiple_of_the_prefill():
+    geometry = PROFILES["full"]()["smollm2"].geometry
+    (rate,) = speed.rates_for(geometry, 1000, prefill_s=4.0, ratios=[2.0])
+    assert geometry.raw_bytes(1000) * 8 / (rate * 1e9) == pytest.approx(8.0)
+
+
+def test_every_variant_serves_a_known_wire_format():
+    for variant in VARIANTS.values():
+        assert speed.stream_bytes(PROFILES["full"]()["qwen2"].geometry, variant, 640)
+        assert ("--lynx-mode" in variant.lynx_args()) != variant.stock
+
+
+def test_item_comparison_uses_the_reference_near_tie_rule():
+    ref = [{"item": "a", "output_ids": [1, 2, 3], "top2": [[(1, -0.1), (9, -3.0)], [(2, -0.69), (5, -0.70)],
+                                                            [(3, -0.1), (4, -2.0)]], "score": 1.0}]  # fmt: skip
+    tie = [{"item": "a", "output_ids": [1, 5, 7], "score": 0.0}]
+    off = [{"item": "a", "output_ids": [9, 2, 3], "score": 1.0}]
+    assert accuracy.compare(ref, ref)[0]["verdict"] == "equal"
+    assert accuracy.compare(ref, tie)[0]["verdict"] == "near_tie"
+    assert accuracy.compare(ref, off)[0]["verdict"] == "mismatch"
+
+
+def test_bootstrap_interval_brackets_the_mean():
+    values = [0.1, 0.2, 0.3, 0.4, 0.5]
+    ci = likelihood.interval(values)
+    assert ci["mean"] == pytest.approx(0.3) and ci["n"] == 5
+    assert 0.1 <= ci["low"] < ci["mean"] < ci["high"] <= 0.5
+    assert likelihood.interval([0.2] * 4) == {"mean": 0.2, "low": 0.2, "high": 0.2, "n": 4}
+
+
+def test_window_comparison_of_a_distribution_with_itself_is_zero():
+    import torch
+
+    logp = torch.log_softmax(torch.randn(6, 50), dim=-1)
+    same = likelihood.compare_window(logp, logp, [1, 2, 3, 4, 5, 6])
+    assert same["kl"] == 0.0 and same["delta_nll"] == 0.0 and same["top1_agree"] == 1.0
+
+
+def test_claims_read_ttft_ratios_per_link_rate():
+    rows = [{"variant": v, "link_gbps": 0.01, "bf16_transfer_to_prefill": 2.0, "t1_s": t}
+            for v, t in (("int4", 10.0), ("int8", 13.0), ("lynx", 10.2))]  # fmt: skip
+    results = {"models": {"m": {"speed": rows, "variants": {}, "comparisons": []}}, "cluster": {}}
+    vs_int4, _, vs_int8, cachegen = claims.claims(results)
+    assert "1 of 1 rows" in vs_int4["status"] and "1.27x" in vs_int8["status"]
+    assert cachegen["status"] == "not comparable"
+
+
+@pytest.mark.server
+def test_smallest_configuration_writes_a_full_report(tmp_path):
+    out = tmp_path / "eval"
+    command = [sys.executable, str(BENCHMARK / "evaluate.py"), "--profile", "smoke", "--models", "smollm2",
+               "--variants", "int8,lynx,stock", "--out", str(out)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads((out / "results.json").read_text())
+    model = data["models"]["smollm2"]
+    assert not [v["error"] for v in model["variants"].values() if "error" in v]
+    (lynx_vs_int8,) = [c for c in model["comparisons"] if (c["reference"], c["candidate"]) == ("int8", "lynx")]
+    assert lynx_vs_int8["counts"]["mismatch"] == 0 and sum(lynx_vs_int8["counts"].values()) == 1
+    assert {r["variant"] for r in model["speed"]} == {"int8", "lynx", "stock"}
+    assert all(r["t1_s"] > 0 and r["bf16_transfer_to_prefill"] > 0 for r in model["speed"])
+    assert set(model["likelihood"]["summary"]) == set(likelihood.CODECS)
+    assert len(model["estimator_check"]) == 3 and data["cluster"]["table"][0]["kind"] == "estimate"
+    report = (out / "report.md").read_text()
+    for heading in ("Claims side by side", "Accuracy on long-context tasks", "log-likelihood", "Speed",
+                    "Estimator against the measured rows", "Cluster scale"):  # fmt: skip
+        assert heading in report
+    assert all((out / name).stat().st_size > 0 for name in ("ttft_smollm2.png", "likelihood.png", "estimate.png"))
