@@ -105,13 +105,22 @@ def verify_logits(scheduler, spans: list[Span]) -> torch.Tensor:
 
 
 def free_tail(scheduler, req, keep: int) -> int:
-    """Free the request's KV slots at positions ``keep ..`` and shrink its lengths; returns slots freed."""
+    """Shrink the request's KV to its first `keep` positions; returns slots handed back.
+
+    SGLang's allocator frees whole pages (every page a freed slot lies in), so
+    only the pages wholly past `keep` go back; the slots after `keep` in its
+    last page stay with the request, where its next decode step writes, as
+    after `keep` tokens of plain decoding.
+    """
     allocated = req.kv.kv_allocated_len
-    if keep >= allocated:
+    page = scheduler.page_size
+    first_free = -(-keep // page) * page
+    if keep < allocated:
+        req.kv.kv_allocated_len = keep
+        req.kv.kv_committed_len = min(req.kv.kv_committed_len, keep)
+    if first_free >= allocated:
         return 0
     row = req.kv.req_pool_idx
-    slots = scheduler.req_to_token_pool.req_to_token[row, keep:allocated].to(torch.int64)
+    slots = scheduler.req_to_token_pool.req_to_token[row, first_free:allocated].to(torch.int64)
     scheduler.token_to_kv_pool_allocator.free(slots)
-    req.kv.kv_allocated_len = keep
-    req.kv.kv_committed_len = min(req.kv.kv_committed_len, keep)
-    return allocated - keep
+    return allocated - first_free
