@@ -72,7 +72,7 @@ def test_mooncake_transport_moves_exactly_the_zeromq_transports_kv(runs):
 
 @pytest.mark.parametrize(
     "lynx,reference",
-    [("lynx", "int8"), ("lynx-2+6", "int8"), ("lynx-bf16-exact", "bf16"), ("lynx-mooncake", "int8")],
+    [("lynx", "int8"), ("lynx-2+6-page16", "int8"), ("lynx-bf16-exact", "bf16"), ("lynx-mooncake", "int8")],
 )
 def test_lynx_mode_greedy_output_equals_full_precision_reference(runs, lynx, reference):
     _near_tie_compare(runs[reference].outputs["greedy"], runs[lynx].outputs["greedy"], f"{lynx} vs {reference}")
@@ -103,7 +103,7 @@ def test_prometheus_exports_lynx_counters(runs):
 
 
 def test_two_bit_anchor_forces_rollbacks_and_stays_exact(runs):
-    metrics = _metrics(runs["lynx-2+6"].outputs["greedy"])
+    metrics = _metrics(runs["lynx-2+6-page16"].outputs["greedy"])
     assert sum(m["rollbacks"] for m in metrics) > 0
     assert sum(m["accepted_tokens"] for m in metrics) < sum(m["speculative_tokens"] for m in metrics)
     print(f"\nlynx 2+6 metrics: {metrics}")

@@ -66,7 +66,8 @@ DEPLOYMENTS = (
     ),
     Deployment("bf16-types", ("--lynx-mode", "bf16"), suites=("types",), extended=True),
     Deployment("int4-types", ("--lynx-mode", "int4"), suites=("types",), extended=True),
-    Deployment("lynx-2+6", ("--lynx-mode", "lynx", "--lynx-preset", "2+6", *SLOW_LINK)),
+    # Rollbacks (a 2-bit anchor) with KV pages of 16: only whole pages past the kept tokens go back.
+    Deployment("lynx-2+6-page16", ("--lynx-mode", "lynx", "--lynx-preset", "2+6", "--page-size", "16", *SLOW_LINK)),
     Deployment(
         "lynx-radix",
         ("--lynx-mode", "lynx", "--lynx-link-gbps", "0.01", "--disaggregation-decode-enable-radix-cache"),
