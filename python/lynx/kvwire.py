@@ -29,6 +29,7 @@ from itertools import accumulate
 import torch
 
 from lynx.codec import CodecSpec, EncodedKV
+from lynx.codec.codec import as_bytes
 from lynx.codec.pool import gather_encode, scatter_decode, scatter_upgrade
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ class WireFormat:
         per_stream: list[list[torch.Tensor]] = [[] for _ in range(self.num_streams)]
         for k_pool, v_pool in zip(k_pools, v_pools, strict=True):
             if self.spec is None:
-                layer = [_raw(k_pool[token_indices]), _raw(v_pool[token_indices])]
+                layer = [as_bytes(k_pool[token_indices]), as_bytes(v_pool[token_indices])]
                 per_stream[0].append(torch.cat(layer))
                 continue
             encoded = gather_encode(k_pool, v_pool, token_indices, spec)
@@ -228,10 +229,6 @@ class WireFormat:
         if first_token < self.spec.sink_tokens:
             raise ValueError(f"a segment may not start inside the {self.spec.sink_tokens} sink tokens ({first_token})")
         return replace(self.spec, sink_tokens=0)
-
-
-def _raw(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.contiguous().view(torch.uint8).reshape(-1)
 
 
 def _typed(data: torch.Tensor, shape: KVShape, pool: torch.Tensor) -> torch.Tensor:

@@ -122,15 +122,15 @@ def encode(key: torch.Tensor, value: torch.Tensor, spec: CodecSpec) -> EncodedKV
     sinks = sink_count(spec, tokens)
     key_q = _quantize(quantize_key, key, sinks, spec, "key")
     value_q = _quantize(quantize_value, value, sinks, spec, "value")
-    anchor = [_to_bytes(key[:sinks]), _to_bytes(value[:sinks])]
+    anchor = [as_bytes(key[:sinks]), as_bytes(value[:sinks])]
     streams = [[] for _ in spec.stage_bits]
     if key_q is not None and value_q is not None:
-        anchor += [_to_bytes(key_q.mn), _to_bytes(key_q.scale), _to_bytes(value_q.mn), _to_bytes(value_q.scale)]
+        anchor += [as_bytes(key_q.mn), as_bytes(key_q.scale), as_bytes(value_q.mn), as_bytes(value_q.scale)]
         for parts, width, key_codes, value_codes in zip(streams, spec.stage_bits, key_q.codes, value_q.codes):
             parts += [pack_bits(key_codes.reshape(-1), width), pack_bits(value_codes.reshape(-1), width)]
     streams[0] = anchor + streams[0]
     if spec.raw_residual:
-        streams.append([_to_bytes(key[sinks:]), _to_bytes(value[sinks:])])
+        streams.append([as_bytes(key[sinks:]), as_bytes(value[sinks:])])
     empty = key.new_empty(0, dtype=torch.uint8)
     return EncodedKV(spec, tuple(torch.cat([empty, *parts]) for parts in streams), tokens, heads, head_dim, key.dtype)
 
@@ -209,7 +209,7 @@ def _anchor_sections(encoded: EncodedKV) -> AnchorSections:
     return AnchorSections(*(encoded.streams[0][start:end] for start, end in zip(bounds, bounds[1:])))
 
 
-def _to_bytes(tensor: torch.Tensor) -> torch.Tensor:
+def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
     """Row-major bytes of ``tensor`` as a 1-D uint8 tensor."""
     return tensor.contiguous().view(torch.uint8).reshape(-1)
 
