@@ -35,7 +35,7 @@ from lynx_patches.pd.control import (
     open_sealed,
     seal,
 )
-from lynx_patches.pd.pool import PoolView
+from lynx_patches.pd.pool import PoolView, layout_refusal
 from lynx_patches.startup import lynx_config_of
 
 logger = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class LynxKVManager(CommonKVManager):
                 "the lynx transfer backend needs --lynx on both the prefill and the decode server"
             )
         if is_mla_backend:
-            raise RuntimeError("the lynx transfer backend supports MHA KV caches only (not MLA)")
+            raise RuntimeError(layout_refusal(["MLATokenToKVPool"], "an MLA attention backend"))
         self.config = config
         self.key = config.load_secret()
         super().__init__(args, disaggregation_mode, server_args, is_mla_backend)

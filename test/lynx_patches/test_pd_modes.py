@@ -70,6 +70,13 @@ def test_mooncake_transport_moves_exactly_the_zeromq_transports_kv(runs):
     assert _ids(runs["int8-mooncake"].outputs["greedy"]) == _ids(runs["int8"].outputs["greedy"])
 
 
+@pytest.mark.extended
+@pytest.mark.parametrize("mode,suite", [("bf16", "greedy"), ("int4", "short")])
+def test_every_mode_over_mooncake_equals_zeromq(runs, mode, suite):
+    """`lynx` over Mooncake is compared above; the other modes here."""
+    assert _ids(runs[f"{mode}-mooncake"].outputs[suite]) == _ids(runs[mode].outputs[suite])
+
+
 @pytest.mark.parametrize(
     "lynx,reference",
     [("lynx", "int8"), ("lynx-2+6-page16", "int8"), ("lynx-bf16-exact", "bf16"), ("lynx-mooncake", "int8")],

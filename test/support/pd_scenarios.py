@@ -76,6 +76,8 @@ DEPLOYMENTS = (
     Deployment("lynx-bf16-exact", ("--lynx-mode", "lynx", "--lynx-preset", "bf16-exact", *SLOW_LINK)),
     Deployment("int8-mooncake", ("--lynx-mode", "int8", *MOONCAKE), isolated=True),
     Deployment("lynx-mooncake", ("--lynx-mode", "lynx", *SLOW_LINK, *MOONCAKE), isolated=True),
+    Deployment("bf16-mooncake", ("--lynx-mode", "bf16", *MOONCAKE), isolated=True, extended=True),
+    Deployment("int4-mooncake", ("--lynx-mode", "int4", *MOONCAKE), suites=("short",), isolated=True, extended=True),
 )
 
 
