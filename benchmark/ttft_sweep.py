@@ -37,7 +37,7 @@ from pathlib import Path
 from lynx.kvwire import KVShape, WireFormat
 from lynx.models import prepare_smollm2
 from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import CPU_MODEL_ARGS
+from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import stream_generate
 
@@ -63,6 +63,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--link-gbps", default="0.02,0.08", help="emulated link rates, Gbit/s")
     parser.add_argument("--prompt-tokens", default="1024")
     parser.add_argument("--request-types", default=",".join(REQUEST_TYPES))
+    parser.add_argument("--segment-tokens", default="512",
+                        help="--lynx-segment-tokens values, one deployment each (0 = the KV sent whole: pipelining off)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also time a single non-disaggregated server on the same prompts (the floor)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--nth", default="1,8,32,128", help="report time to these output tokens")
@@ -121,29 +125,59 @@ def main(argv=None) -> int:
     model = prepare_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     rows = []
-    points = [(m, float(r)) for m in _names(args.modes) for r in _names(args.link_gbps)]
+    segments = _ints(args.segment_tokens)
+    points = [(m, float(r), g) for m in _names(args.modes) for r in _names(args.link_gbps) for g in segments]
     kinds = _names(args.request_types)
-    for done, (mode, rate) in enumerate(points, start=1):
-        print(f"[{done}/{len(points)}] mode={mode} link={rate} Gbps: starting deployment", file=sys.stderr, flush=True)
-        lynx_args = ["--lynx-mode", mode, "--lynx-link-gbps", str(rate), "--lynx-insecure"]
-        log_dir = Path(args.log_dir) / f"{mode}-{rate}"
+    prefill_times: dict[int, list[float]] = {}
+    for done, (mode, rate, segment) in enumerate(points, start=1):
+        print(f"[{done}/{len(points)}] mode={mode} link={rate} Gbps segments={segment}: starting deployment",
+              file=sys.stderr, flush=True)  # fmt: skip
+        lynx_args = ["--lynx-mode", mode, "--lynx-link-gbps", str(rate), "--lynx-insecure",
+                     "--lynx-segment-tokens", str(segment)]  # fmt: skip
+        log_dir = Path(args.log_dir) / f"{mode}-{rate}-{segment}"
         with PDDeployment(model, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=log_dir, max_total_tokens=32768) as pd:
             for tokens in _ints(args.prompt_tokens):
                 prefill_s = prefill_seconds(pd, tokenizer, tokens)
+                prefill_times.setdefault(tokens, []).append(prefill_s)
                 for kind in kinds:
                     runs = [run_point(pd, tokenizer, tokens, kind, r, args) for r in range(args.repeats)]
-                    rows.append(summarize(mode, rate, tokens, kind, prefill_s, runs))
+                    rows.append(summarize(mode, rate, tokens, kind, prefill_s, runs) | {"segment_tokens": segment})
                     row = rows[-1]
                     print(f"    {tokens} tokens, {kind}: t1 {row['t1_s']:.2f}s, prefill {prefill_s:.2f}s",
                           file=sys.stderr, flush=True)  # fmt: skip
+    if args.floor:
+        rows += floor_rows(model, tokenizer, kinds, prefill_times, args)
     add_ratios(rows)
     print_table(rows)
     print()
     print_verdicts(verdicts(rows))
+    for p in pipelining(rows):
+        print(f"pipelining {p['mode']} {p['link_gbps']:g} Gbps {p['prompt_tokens']} tokens {p['request_type']}: "
+              f"t1 segments of {p['segment_tokens']} / whole = {p['t1_on_over_off']:.3f}")  # fmt: skip
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"args": vars(args), "rows": rows, "verdicts": verdicts(rows)}, indent=2))
+    document = {"args": vars(args), "rows": rows, "verdicts": verdicts(rows), "pipelining": pipelining(rows)}
+    Path(args.json).write_text(json.dumps(document, indent=2))
     print(f"\nJSON: {args.json}")
     return 0
+
+
+def floor_rows(model, tokenizer, kinds: list[str], prefill_times: dict[int, list[float]], args) -> list[dict]:
+    """The same prompts on one non-disaggregated server: no transfer at all, the TTFT floor."""
+    print("floor: starting a single server", file=sys.stderr, flush=True)
+    rows = []
+    log = Path(args.log_dir) / "floor.log"
+    with SGLangServer(model, ["--lynx", *CPU_MODEL_ARGS], max_total_tokens=32768, log_path=log) as server:
+        for tokens in _ints(args.prompt_tokens):
+            for kind in kinds:
+                runs = []
+                for repeat in range(args.repeats):
+                    server.flush_cache()
+                    index = repeat + 7 * tokens + 31 * list(REQUEST_TYPES).index(kind)
+                    body = request_body(tokenizer, tokens, index, kind, args.max_tokens, seed=1000 + repeat)
+                    runs.append(stream_generate(f"{server.url}/generate", body, nth=_ints(args.nth)))
+                prefill_s = statistics.median(prefill_times[tokens]) if prefill_times.get(tokens) else None
+                rows.append(summarize("floor", None, tokens, kind, prefill_s, runs) | {"segment_tokens": None})
+    return rows
 
 
 def summarize(mode: str, rate: float, tokens: int, kind: str, prefill_s: float, runs: list[dict]) -> dict:
@@ -191,18 +225,25 @@ def _speculation(runs: list[dict]) -> dict:
 def add_ratios(rows: list[dict]) -> None:
     """BF16 KV transfer time over prefill time, per row (the x-axis of every TTFT comparison)."""
     for row in rows:
+        if row["link_gbps"] is None:
+            row["bf16_transfer_to_prefill"] = None
+            continue
         bf16_bytes = 2 * 2 * row["prompt_tokens"] * SMOLLM2["num_layers"] * SMOLLM2["kv_heads"] * SMOLLM2["head_dim"]
         transfer_s = bf16_bytes * 8 / (row["link_gbps"] * 1e9)
         row["bf16_transfer_to_prefill"] = transfer_s / row["prefill_s"] if row["prefill_s"] else None
 
 
 def verdicts(rows: list[dict]) -> list[dict]:
-    """Per (link rate, prompt length, request type): lynx t1 / int4 t1 and lynx tN / int8 tN."""
-    index = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r for r in rows}
+    """Per (link rate, prompt length, request type), at the first segment size: lynx t1 / int4 t1,
+    lynx tN / int8 tN and lynx t1 / the floor's t1."""
+    served = rows[0]["segment_tokens"] if rows else None
+    index = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r
+             for r in rows if r["segment_tokens"] in (served, None)}  # fmt: skip
     out = []
     for (mode, rate, tokens, kind), lynx in index.items():
         if mode != "lynx":
             continue
+        floor = index.get(("floor", None, tokens, kind))
         int4, int8 = index.get(("int4", rate, tokens, kind)), index.get(("int8", rate, tokens, kind))
         entry = {"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind}
         if int4 and int4.get("t1_s") and lynx.get("t1_s"):
@@ -213,7 +254,23 @@ def verdicts(rows: list[dict]) -> list[dict]:
         entry["met"] = entry.get("t1_vs_int4", 0) <= 1.05 and all(
             v <= 1.0 for k, v in entry.items() if k.endswith("_vs_int8")
         )
+        if floor and floor.get("t1_s") and lynx.get("t1_s"):
+            entry["t1_vs_floor"] = lynx["t1_s"] / floor["t1_s"]
         out.append(entry)
+    return out
+
+
+def pipelining(rows: list[dict]) -> list[dict]:
+    """Per mode, link rate, prompt length and request type: t1 with segments over t1 with the KV sent whole."""
+    whole = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r
+             for r in rows if r["segment_tokens"] == 0}  # fmt: skip
+    out = []
+    for r in rows:
+        key = (r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"])
+        if r["segment_tokens"] and key in whole and r.get("t1_s") and whole[key].get("t1_s"):
+            out.append({"mode": r["mode"], "link_gbps": r["link_gbps"], "prompt_tokens": r["prompt_tokens"],
+                        "request_type": r["request_type"], "segment_tokens": r["segment_tokens"],
+                        "t1_on_over_off": r["t1_s"] / whole[key]["t1_s"]})  # fmt: skip
     return out
 
 
@@ -223,13 +280,13 @@ def print_table(rows: list[dict]) -> None:
 
     extra = _nth_keys(rows)
     header = (
-        f"{'mode':5} {'Gbps':>5} {'tokens':>6} {'type':10} {'xfer/pf':>7} {'anchor':>6} {'resid':>6} "
+        f"{'mode':5} {'Gbps':>5} {'seg':>4} {'tokens':>6} {'type':10} {'xfer/pf':>7} {'anchor':>6} {'resid':>6} "
         f"{'accept':>6} {'rollbk':>6} {'upgr s':>6} {'fwd s':>6}"
     )
     print(header + "".join(f" {k[:-2]:>7}" for k in extra))
     for r in rows:
         line = (
-            f"{r['mode']:5} {r['link_gbps']:>5g} {r['prompt_tokens']:>6} {r['request_type']:10} "
+            f"{r['mode']:5} {fmt(r['link_gbps'], 'g'):>5} {fmt(r['segment_tokens'], 'd'):>4} {r['prompt_tokens']:>6} {r['request_type']:10} "
             f"{fmt(r['bf16_transfer_to_prefill']):>7} {fmt(r['anchor_ready_s']):>6} {fmt(r['residual_ready_s']):>6} "
             f"{fmt(r.get('acceptance')):>6} {fmt(r.get('rollbacks'), 'd'):>6} {fmt(r.get('upgrade_s')):>6} "
             f"{fmt(r.get('forward_s')):>6}"
@@ -239,7 +296,7 @@ def print_table(rows: list[dict]) -> None:
 
 def print_verdicts(entries: list[dict]) -> None:
     for e in entries:
-        ratios = " ".join(f"{k}={v:.3f}" for k, v in e.items() if k.endswith(("_vs_int4", "_vs_int8")))
+        ratios = " ".join(f"{k}={v:.3f}" for k, v in e.items() if k.endswith(("_vs_int4", "_vs_int8", "_vs_floor")))
         print(f"{'met ' if e['met'] else 'MISS'} {e['link_gbps']:g} Gbps {e['prompt_tokens']} tokens {e['request_type']}: {ratios}")
 
 

@@ -20,8 +20,9 @@ def _sweep():
     return module
 
 
-def _row(mode, kind, **times):
-    return {"mode": mode, "link_gbps": 0.02, "prompt_tokens": 1000, "request_type": kind, **times}
+def _row(mode, kind, segment=512, rate=0.02, **times):
+    return {"mode": mode, "link_gbps": rate, "prompt_tokens": 1000, "request_type": kind,
+            "segment_tokens": segment, **times}  # fmt: skip
 
 
 def test_verdicts_compare_lynx_t1_with_int4_and_later_tokens_with_int8():
@@ -37,6 +38,20 @@ def test_verdicts_compare_lynx_t1_with_int4_and_later_tokens_with_int8():
     (greedy, json_row) = sweep.verdicts(rows)
     assert greedy["met"] and greedy["t1_vs_int4"] == pytest.approx(1.04) and greedy["t8_vs_int8"] < 1
     assert not json_row["met"], "t1 more than 5% behind int4"
+
+
+def test_pipelining_and_the_floor_are_compared_at_equal_points():
+    sweep = _sweep()
+    rows = [
+        _row("lynx", "greedy", t1_s=9.0),
+        _row("lynx", "greedy", segment=0, t1_s=12.0),
+        _row("int4", "greedy", t1_s=8.8),
+        _row("floor", "greedy", segment=None, rate=None, t1_s=7.5),
+    ]
+    (verdict,) = sweep.verdicts(rows)
+    assert verdict["t1_vs_floor"] == pytest.approx(1.2) and verdict["t1_vs_int4"] == pytest.approx(9.0 / 8.8)
+    (pipelined,) = sweep.pipelining(rows)
+    assert pipelined["mode"] == "lynx" and pipelined["t1_on_over_off"] == pytest.approx(0.75)
 
 
 def test_every_request_type_runs_to_the_token_budget():
