@@ -141,7 +141,6 @@ def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rat
 
 COMPARISONS = (
     ("int8", "lynx"), ("bf16", "stock"), ("bf16", "int8"), ("bf16", "int4"), ("bf16", "lynx-2+6"),
-    ("int8", "lynx-2+6"),
 )  # fmt: skip
 
 
