@@ -7,8 +7,9 @@ References (see `pd_scenarios` for the deployments and requests):
   int8`, which round-trips each prompt's KV through the int8 wire format
   in-process: what decode must compute if the transfer is right;
 * ``lynx`` mode (anchor first, speculate, verify, roll back) equals ``int8``
-  mode (same 8-bit KV once verified), and with the ``bf16-exact`` preset
-  equals ``bf16`` mode. The verify pass adds the same numbers in a different
+  mode (same 8-bit KV once verified); with the ``2+6`` preset (a 2-bit
+  anchor, another 8-bit grid) a single server round-tripping the KV through
+  2+6; with the ``bf16-exact`` preset ``bf16`` mode. The verify pass adds the same numbers in a different
   order than step-by-step decoding, so where the two part, the parting token
   must be the reference's second choice within `NEAR_TIE_GAP`
   (`lynx_testing.exactness`); the summary line counts such partings.
@@ -79,7 +80,12 @@ def test_every_mode_over_mooncake_equals_zeromq(runs, mode, suite):
 
 @pytest.mark.parametrize(
     "lynx,reference",
-    [("lynx", "int8"), ("lynx-2+6-page16", "int8"), ("lynx-bf16-exact", "bf16"), ("lynx-mooncake", "int8")],
+    [
+        ("lynx", "int8"),
+        ("lynx-2+6-page16", "single-2+6-loopback"),
+        ("lynx-bf16-exact", "bf16"),
+        ("lynx-mooncake", "int8"),
+    ],
 )
 def test_lynx_mode_greedy_output_equals_full_precision_reference(runs, lynx, reference):
     _near_tie_compare(runs[reference].outputs["greedy"], runs[lynx].outputs["greedy"], f"{lynx} vs {reference}")

@@ -51,6 +51,10 @@ DEPLOYMENTS = (
     Deployment("single", (), single=True),
     Deployment("single-int8-loopback", ("--lynx-mode", "int8", "--lynx-loopback"), single=True),
     Deployment("single-int4-loopback", ("--lynx-mode", "int4", "--lynx-loopback"), single=True, suites=("short",)),
+    # What lynx mode with a 2-bit anchor decodes once verified: the 2+6 grid, not int8's 4+4.
+    Deployment(
+        "single-2+6-loopback", ("--lynx-mode", "lynx", "--lynx-preset", "2+6", "--lynx-loopback"), single=True, reference=True
+    ),
     Deployment("bf16", ("--lynx-mode", "bf16"), reference=True),
     Deployment(
         "int8",
