@@ -16,7 +16,8 @@ token); ``json`` (a JSON schema); ``repetition`` (repetition penalty 1.2).
 Every type runs to `--max-tokens` tokens (``ignore_eos``; the JSON schema asks
 for enough items).
 
-The link is emulated by the prefill sender's token bucket (`--lynx-link-gbps`).
+The link is emulated by the prefill sender's token bucket (`--lynx-link-gbps`), on
+either transport (`--transports zmq,mooncake`).
 A 135M model on two CPU cores prefills 2k tokens in about 11 s, far slower
 than an 8B model on a GPU, so the link rates are scaled down to put the
 ratio of BF16 KV transfer time to prefill time where clusters have it; the
@@ -29,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import secrets
+import subprocess
 import statistics
 import sys
 from pathlib import Path
@@ -38,6 +41,7 @@ from lynx.kvwire import KVShape, WireFormat
 from lynx.models import prepare_smollm2
 from lynx_testing.deploy import PDDeployment
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer
+from lynx_testing.netns import INSIDE_ENV, isolated
 from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import stream_generate
 
@@ -63,6 +67,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--link-gbps", default="0.02,0.08", help="emulated link rates, Gbit/s")
     parser.add_argument("--prompt-tokens", default="1024")
     parser.add_argument("--request-types", default=",".join(REQUEST_TYPES))
+    parser.add_argument("--transports", default="zmq",
+                        help="--lynx-transport values, one deployment each (mooncake runs the sweep in a private "
+                             "network namespace: its engine listens on every interface)")
     parser.add_argument("--segment-tokens", default="512",
                         help="--lynx-segment-tokens values, one deployment each (0 = the KV sent whole: pipelining off)")
     parser.add_argument("--floor", action="store_true",
@@ -73,6 +80,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--json", default="results/ttft_sweep.json")
     parser.add_argument("--log-dir", default="results/ttft_logs")
     args = parser.parse_args(argv)
+    if set(_names(args.transports)) - {"zmq", "mooncake"}:
+        parser.error(f"--transports: choose from zmq, mooncake; got {args.transports!r}")
     unknown = set(_names(args.request_types)) - set(REQUEST_TYPES)
     if unknown:
         parser.error(f"unknown request types {sorted(unknown)}; choose from {', '.join(REQUEST_TYPES)}")
@@ -121,27 +130,32 @@ def run_point(pd: PDDeployment, tokenizer, tokens: int, kind: str, repeat: int, 
 def main(argv=None) -> int:
     from transformers import AutoTokenizer
 
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if "mooncake" in _names(args.transports) and os.environ.get(INSIDE_ENV) != "1":
+        return subprocess.call(isolated([sys.executable, str(Path(__file__).resolve()), *argv]))
     model = prepare_smollm2()
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     rows = []
     segments = _ints(args.segment_tokens)
-    points = [(m, float(r), g) for m in _names(args.modes) for r in _names(args.link_gbps) for g in segments]
+    points = [(m, float(r), g, t) for m in _names(args.modes) for r in _names(args.link_gbps) for g in segments
+              for t in _names(args.transports)]  # fmt: skip
     kinds = _names(args.request_types)
     prefill_times: dict[int, list[float]] = {}
-    for done, (mode, rate, segment) in enumerate(points, start=1):
-        print(f"[{done}/{len(points)}] mode={mode} link={rate} Gbps segments={segment}: starting deployment",
-              file=sys.stderr, flush=True)  # fmt: skip
+    for done, (mode, rate, segment, transport) in enumerate(points, start=1):
+        print(f"[{done}/{len(points)}] mode={mode} link={rate} Gbps segments={segment} transport={transport}: "
+              "starting deployment", file=sys.stderr, flush=True)  # fmt: skip
         lynx_args = ["--lynx-mode", mode, "--lynx-link-gbps", str(rate), "--lynx-insecure",
-                     "--lynx-segment-tokens", str(segment)]  # fmt: skip
-        log_dir = Path(args.log_dir) / f"{mode}-{rate}-{segment}"
+                     "--lynx-segment-tokens", str(segment), "--lynx-transport", transport]  # fmt: skip
+        log_dir = Path(args.log_dir) / f"{mode}-{rate}-{segment}-{transport}"
         with PDDeployment(model, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=log_dir, max_total_tokens=32768) as pd:
             for tokens in _ints(args.prompt_tokens):
                 prefill_s = prefill_seconds(pd, tokenizer, tokens)
                 prefill_times.setdefault(tokens, []).append(prefill_s)
                 for kind in kinds:
                     runs = [run_point(pd, tokenizer, tokens, kind, r, args) for r in range(args.repeats)]
-                    rows.append(summarize(mode, rate, tokens, kind, prefill_s, runs) | {"segment_tokens": segment})
+                    point = {"segment_tokens": segment, "transport": transport}
+                    rows.append(summarize(mode, rate, tokens, kind, prefill_s, runs) | point)
                     row = rows[-1]
                     print(f"    {tokens} tokens, {kind}: t1 {row['t1_s']:.2f}s, prefill {prefill_s:.2f}s",
                           file=sys.stderr, flush=True)  # fmt: skip
@@ -176,7 +190,7 @@ def floor_rows(model, tokenizer, kinds: list[str], prefill_times: dict[int, list
                     body = request_body(tokenizer, tokens, index, kind, args.max_tokens, seed=1000 + repeat)
                     runs.append(stream_generate(f"{server.url}/generate", body, nth=_ints(args.nth)))
                 prefill_s = statistics.median(prefill_times[tokens]) if prefill_times.get(tokens) else None
-                rows.append(summarize("floor", None, tokens, kind, prefill_s, runs) | {"segment_tokens": None})
+                rows.append(summarize("floor", None, tokens, kind, prefill_s, runs) | {"segment_tokens": None, "transport": None})
     return rows
 
 
@@ -236,9 +250,9 @@ def add_ratios(rows: list[dict]) -> None:
 def verdicts(rows: list[dict]) -> list[dict]:
     """Per (link rate, prompt length, request type), at the first segment size: lynx t1 / int4 t1,
     lynx tN / int8 tN and lynx t1 / the floor's t1."""
-    served = rows[0]["segment_tokens"] if rows else None
-    index = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r
-             for r in rows if r["segment_tokens"] in (served, None)}  # fmt: skip
+    served = (rows[0]["segment_tokens"], rows[0].get("transport")) if rows else (None, None)
+    index = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r for r in rows
+             if r["segment_tokens"] is None or (r["segment_tokens"], r.get("transport")) == served}  # fmt: skip
     out = []
     for (mode, rate, tokens, kind), lynx in index.items():
         if mode != "lynx":
@@ -262,11 +276,11 @@ def verdicts(rows: list[dict]) -> list[dict]:
 
 def pipelining(rows: list[dict]) -> list[dict]:
     """Per mode, link rate, prompt length and request type: t1 with segments over t1 with the KV sent whole."""
-    whole = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r
+    whole = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"], r.get("transport")): r
              for r in rows if r["segment_tokens"] == 0}  # fmt: skip
     out = []
     for r in rows:
-        key = (r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"])
+        key = (r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"], r.get("transport"))
         if r["segment_tokens"] and key in whole and r.get("t1_s") and whole[key].get("t1_s"):
             out.append({"mode": r["mode"], "link_gbps": r["link_gbps"], "prompt_tokens": r["prompt_tokens"],
                         "request_type": r["request_type"], "segment_tokens": r["segment_tokens"],
@@ -280,13 +294,13 @@ def print_table(rows: list[dict]) -> None:
 
     extra = _nth_keys(rows)
     header = (
-        f"{'mode':5} {'Gbps':>5} {'seg':>4} {'tokens':>6} {'type':10} {'xfer/pf':>7} {'anchor':>6} {'resid':>6} "
+        f"{'mode':5} {'via':8} {'Gbps':>5} {'seg':>4} {'tokens':>6} {'type':10} {'xfer/pf':>7} {'anchor':>6} {'resid':>6} "
         f"{'accept':>6} {'rollbk':>6} {'upgr s':>6} {'fwd s':>6}"
     )
     print(header + "".join(f" {k[:-2]:>7}" for k in extra))
     for r in rows:
         line = (
-            f"{r['mode']:5} {fmt(r['link_gbps'], 'g'):>5} {fmt(r['segment_tokens'], 'd'):>4} {r['prompt_tokens']:>6} {r['request_type']:10} "
+            f"{r['mode']:5} {r.get('transport') or '-':8} {fmt(r['link_gbps'], 'g'):>5} {fmt(r['segment_tokens'], 'd'):>4} {r['prompt_tokens']:>6} {r['request_type']:10} "
             f"{fmt(r['bf16_transfer_to_prefill']):>7} {fmt(r['anchor_ready_s']):>6} {fmt(r['residual_ready_s']):>6} "
             f"{fmt(r.get('acceptance')):>6} {fmt(r.get('rollbacks'), 'd'):>6} {fmt(r.get('upgrade_s')):>6} "
             f"{fmt(r.get('forward_s')):>6}"
