@@ -37,17 +37,12 @@ def check_pool(pool) -> None:
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
     if not isinstance(pool, MHATokenToKVPool):
-        raise RuntimeError(unsupported_layout(pool))
+        raise RuntimeError(layout_refusal([cls.__name__ for cls in type(pool).__mro__], type(pool).__name__))
     if pool.store_dtype != pool.dtype or pool.dtype not in SUPPORTED_DTYPES:
         raise RuntimeError(
             f"the lynx transfer backend needs an unquantized bf16/fp16/fp32 KV cache; "
             f"got dtype {pool.dtype} stored as {pool.store_dtype} (drop --kv-cache-dtype)"
         )
-
-
-def unsupported_layout(pool) -> str:
-    """The refusal for a pool that is not per-head K/V."""
-    return layout_refusal([cls.__name__ for cls in type(pool).__mro__], type(pool).__name__)
 
 
 def layout_refusal(class_names, shown: str) -> str:
