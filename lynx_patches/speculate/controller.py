@@ -124,7 +124,7 @@ class SpecController:
             if req.finished():
                 self._drop(req)
                 continue
-            if not state.anchor:
+            if not state.anchor or state.fresh:
                 continue
             if req.grammar is not None and not state.grammar_done:
                 state.grammar_drafts = state.speculated(len(req.output_ids))
@@ -142,6 +142,22 @@ class SpecController:
         self._hold_new()
         self._park(running_batch)
         return running_batch
+
+    def after_schedule(self, running_batch) -> None:
+        """Requests adopted this iteration have streamed their first token: apply what has landed
+        of their residual now, before the forward (not before the first token, whose time it is)."""
+        landed = []
+        for req in list(self.reqs.values()):
+            state = state_of(req)
+            if not state.fresh:
+                continue
+            state.fresh = False
+            if req.finished() or not state.anchor or state.speculated(len(req.output_ids)):
+                continue
+            if self.side.check(state.room) is None and self._upgrade(state):
+                landed.append(req)  # a failure is left to the next `before_schedule`
+        if landed:
+            self._verify_landed(landed, running_batch)
 
     def after_prebuilt(self, batch) -> None:
         """A prebuilt batch has fresh penalizer rows: give verified requests their history back."""

@@ -61,11 +61,13 @@ def commit_transfer(original, queue, decode_req):
 
 
 def next_decode_batch(original, scheduler, running_batch):
-    """AROUND `get_next_disagg_decode_batch_to_run`: verify, fail and park; mark seeded rows."""
+    """AROUND `get_next_disagg_decode_batch_to_run`: verify, fail and park; upgrade requests
+    whose first token went out in this batch; mark seeded rows."""
     controller = controller_of(scheduler)
     if controller is None:
         return original(scheduler, running_batch)
     plan = original(scheduler, controller.before_schedule(running_batch))
+    controller.after_schedule(plan.running_batch)
     batch = plan.batch_to_run
     if batch is not None and batch.sampling_info is not None:
         batch.sampling_info.lynx_coupled_rows = controller.coupled_rows(batch)

@@ -20,6 +20,8 @@ class SpecState:
             were generated on the anchor and are held back.
         cap: speculative tokens allowed before the request waits (0 = none).
         anchor: True until the residual has been applied and checked.
+        fresh: adopted in this scheduler iteration, its first token not yet
+            streamed; its residual is applied after that (`after_schedule`).
         parked: waiting for its residual outside SGLang's queues.
         requeued: verified and sent back through SGLang's prebuilt path, whose
             fresh penalizer rows must be given the request's history again.
@@ -43,6 +45,7 @@ class SpecState:
     seed: int = 0
     barred_from_tree: bool = False
     anchor: bool = True
+    fresh: bool = True
     parked: bool = False
     requeued: bool = False
     grammar_drafts: int = 0

@@ -96,12 +96,13 @@ class Scheduler:
 
 @pytest.fixture
 def world(monkeypatch):
-    """A controller on a real decode side; `released` records KV releases, `freed` tail frees."""
+    """A controller on a real decode side; `released` records KV releases, `freed` tail frees,
+    `checkpointed` radix-cache checkpoints."""
     clock = SimpleNamespace(now=0.0)
     side = DecodeSide(config(max_speculative_tokens=3, transfer_timeout=10.0), SECRET, DecodeHost(), "127.0.0.1", clock=lambda: clock.now)
     side.attach(FakePool(seed=1).view)
     scheduler = Scheduler()
-    released, freed, passes, predictions = [], [], [], {}
+    released, freed, passes, predictions, checkpointed = [], [], [], {}, []
 
     def verify_logits(sched, spans):
         passes.append([(span.req.rid, span.start, span.count) for span in spans])
@@ -120,12 +121,13 @@ def world(monkeypatch):
         return out
 
     monkeypatch.setattr("sglang.srt.mem_cache.common.release_kv_cache", lambda req, tree, checkpoint: released.append((req.rid, checkpoint)))
+    monkeypatch.setattr("sglang.srt.mem_cache.common.checkpoint_kv_cache", lambda req, tree: checkpointed.append(req.rid))
     monkeypatch.setattr(commit, "free_tail", lambda sched, req, keep: freed.append((req.rid, keep)))
     monkeypatch.setattr(controller_module, "verify_logits", verify_logits)
     monkeypatch.setattr(controller_module, "predict", predict)
     world = SimpleNamespace(
         side=side, scheduler=scheduler, controller=SpecController(scheduler, side), clock=clock,
-        released=released, freed=freed, passes=passes, predictions=predictions,
+        released=released, freed=freed, passes=passes, predictions=predictions, checkpointed=checkpointed,
     )  # fmt: skip
     yield world
     side.close()
@@ -143,12 +145,34 @@ def admit(world, rid, room, first_token=7, **req_args):
     side.rooms.hand_over(room)
     req = Req(rid, room, [first_token], **req_args)
     world.controller.adopt(req, residual_pending=True, timings=side.rooms.timings(room))
+    world.controller.after_schedule(Batch([]))  # the iteration that streams its first token
     return req, frames
 
 
 def land_residual(world, frames):
     for parts in frames[1]:
         world.side._on_message(parts)
+
+
+def test_a_residual_that_landed_with_the_anchor_is_applied_after_the_first_token_not_before(world):
+    side = world.side
+    assert side.claim(9)
+    nonce = side.reserve(9, np.arange(PROMPT), 0, 0.0, "prefill", ())
+    key = transfer_key(SECRET, nonce)
+    manifest, frames = transfer_messages(side.config, FakePool(seed=0), range(PROMPT), 9, key, bytes(24))
+    for parts in [manifest.seal(key), *frames[255], *frames[0], *frames[1]]:
+        side._on_message(parts)
+    side.rooms.hand_over(9)
+    req = Req("f", 9, [7])
+    world.controller.adopt(req, residual_pending=True, timings=side.rooms.timings(9))
+    batch = Batch([])
+    world.controller.before_schedule(batch)  # the first token is streamed after this: no upgrade yet
+    assert state_of(req).anchor and "upgrade_s" not in state_of(req).profile
+    batch.reqs.append(req)  # SGLang's prebuilt step streamed the first token and merged the request
+    world.controller.after_schedule(batch)
+    assert not state_of(req).anchor and state_of(req).profile["upgrade_s"] > 0
+    assert world.passes == [], "nothing was drafted: no verify pass"
+    assert world.checkpointed == ["f"], "its full-precision prompt KV may enter the radix cache now"
 
 
 def test_a_request_that_drafted_its_cap_is_parked_until_its_residual_lands(world):
