@@ -3,8 +3,9 @@
 ``frames`` is the versioned wire header and its MAC; ``policy`` decides what
 goes next and how streams are chunked (pure); ``pacer`` emulates a link;
 ``transport`` is the interface that moves messages and ``zmq_transport`` its
-ZeroMQ/TCP implementation; ``sender`` is the one-thread priority scheduler;
-``reassembly`` rebuilds a request's streams and reports milestones.
+ZeroMQ/TCP implementation; ``sender`` is the one-thread priority scheduler
+(frames signed by ``chunking``, queued in ``send_queue``, peers given up by
+``stalls``); ``reassembly`` rebuilds a request's streams and reports milestones.
 Engine-agnostic: imports neither SGLang nor Triton.
 """
 
@@ -27,7 +28,8 @@ from lynx.transfer.frames import (
 )
 from lynx.transfer.pacer import TokenBucket, Unpaced, make_pacer
 from lynx.transfer.reassembly import RequestAssembly
-from lynx.transfer.sender import PrioritySender, SenderStats
+from lynx.transfer.send_queue import SenderStats
+from lynx.transfer.sender import PrioritySender
 from lynx.transfer.transport import Listener, Transport, TransportError
 from lynx.transfer.zmq_transport import ZmqListener, ZmqTransport
 

@@ -1,9 +1,10 @@
 """The prioritized sender: one worker thread that models one outgoing link.
 
-Streams are cut into chunks, signed (``frames.encode_frame``) at submission,
-and queued in one FIFO per priority class. The worker asks
-``policy.next_index`` which class head goes next (strict priority across every
-request and peer), waits for the pacer, and hands the chunk to the transport.
+Streams are cut into chunks and signed at submission (``chunking.sign_chunks``)
+and queued in one FIFO per priority class (``send_queue.SendQueues``). The
+worker asks ``policy.next_index`` which class head goes next (strict priority
+across every request and peer), waits for the pacer, and hands the chunk to
+the transport.
 """
 
 from __future__ import annotations
@@ -11,56 +12,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from types import MappingProxyType
+from collections.abc import Callable, Sequence
 
 from lynx.transfer.buffers import byte_view
-from lynx.transfer.frames import FrameHeader, encode_frame, priority_of
+from lynx.transfer.chunking import MAX_FRAME_PAYLOAD, sign_chunks
+from lynx.transfer.frames import priority_of
 from lynx.transfer.pacer import TokenBucket, Unpaced
-from lynx.transfer.policy import Pending, check_layer_bounds, chunk_spans, layers_of_span, next_index
+from lynx.transfer.send_queue import Chunk, SendQueues, SenderStats, Submission
+from lynx.transfer.stalls import StallWatch
 from lynx.transfer.transport import Transport, TransportError
 
 logger = logging.getLogger(__name__)
 
-MAX_LAYERS = (1 << 16) - 1
-MAX_FRAME_PAYLOAD = (1 << 32) - 1  # the frame header's u32 length field
 STALL_POLL_S = 0.005
-
-
-@dataclass(frozen=True)
-class SenderStats:
-    """A snapshot of the sender's counters.
-
-    Attributes:
-        sent_bytes_by_class: payload bytes handed to the transport, per priority class.
-        chunks_sent: chunks handed to the transport.
-        chunks_dropped: chunks dropped by ``cancel``, peer failures or ``close``.
-        queued_bytes: payload bytes queued and not yet sent, all endpoints.
-    """
-
-    sent_bytes_by_class: Mapping[int, int]
-    chunks_sent: int
-    chunks_dropped: int
-    queued_bytes: int
-
-
-class _Submission:
-    """One submitted stream; its chunks share it. Mutated only under the sender's lock."""
-
-    def __init__(self, endpoint: str, room: int, stream: int | None, num_chunks: int) -> None:
-        self.endpoint, self.room, self.stream = endpoint, room, stream
-        self.remaining = num_chunks
-        self.dropped = False
-
-
-@dataclass(frozen=True, eq=False)
-class _Chunk:
-    pending: Pending
-    submission: _Submission
-    parts: list
-    nbytes: int
 
 
 class PrioritySender:
@@ -121,14 +85,10 @@ class PrioritySender:
         self._pacer = pacer if pacer is not None else Unpaced()
         self._on_error, self._on_sent = on_error, on_sent
         self._submit_timeout_s, self._clock = float(submit_timeout_s), clock
-        self._stall_timeout_s = float(stall_timeout_s)
-        self._stalled_since: dict[str, float] = {}
+        self._stalls = StallWatch(float(stall_timeout_s))
         self._cond = threading.Condition()
-        self._queues: dict[int, deque[_Chunk]] = {}
-        self._queued_bytes: dict[str, int] = {}
-        self._sent_bytes: dict[int, int] = {}
-        self._seq = self._chunks_sent = self._chunks_dropped = 0
-        self._current: _Chunk | None = None
+        self._queues = SendQueues()
+        self._current: Chunk | None = None
         self._closed = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -147,8 +107,8 @@ class PrioritySender:
         """Stop the worker, dropping every queued chunk (no ``on_error``); idempotent."""
         with self._cond:
             self._closed = True
-            self._drop(lambda chunk: True)
-            self._queued_bytes.clear()
+            self._queues.clear()
+            self._cond.notify_all()
             self._current = None
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -190,35 +150,23 @@ class PrioritySender:
         total = len(view)
         if total > self.max_inflight_bytes:
             raise ValueError(f"a {total}-byte stream exceeds max_inflight_bytes={self.max_inflight_bytes}")
-        if layer_bounds is not None:
-            check_layer_bounds(layer_bounds, total)
-            if len(layer_bounds) - 1 > MAX_LAYERS:
-                raise ValueError(f"at most {MAX_LAYERS} layers fit in a frame header")
-        spans = chunk_spans(total, self.chunk_bytes)
-        submission = _Submission(endpoint, room, stream, len(spans))
-        frames = []
-        for index, (offset, length) in enumerate(spans):
-            layers = layers_of_span(offset, length, layer_bounds) if layer_bounds is not None else (0, 0)
-            header = FrameHeader(room, stream, index, len(spans), offset, length, *layers, segment=segment)
-            frames.append((encode_frame(header, view[offset : offset + length], self._key if key is None else key), length))
+        frames = sign_chunks(
+            room, stream, view, self.chunk_bytes, self._key if key is None else key, layer_bounds, segment
+        )
         deadline = time.monotonic() + self._submit_timeout_s
         with self._cond:
-            while not self._closed and self._queued_bytes.get(endpoint, 0) + total > self.max_inflight_bytes:
+            while not self._closed and self._queues.queued_bytes(endpoint) + total > self.max_inflight_bytes:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TransportError(
                         f"no room to queue {total} bytes for {endpoint} within {self._submit_timeout_s:g} s: "
-                        f"{self._queued_bytes.get(endpoint, 0)} bytes still queued (max_inflight_bytes="
+                        f"{self._queues.queued_bytes(endpoint)} bytes still queued (max_inflight_bytes="
                         f"{self.max_inflight_bytes}); the peer or link is too slow"
                     )
                 self._cond.wait(remaining)
             if self._closed:
                 raise TransportError(f"sender is closed; cannot send room {room} to {endpoint}")
-            queue = self._queues.setdefault(priority, deque())
-            for parts, length in frames:
-                queue.append(_Chunk(Pending(priority, self._seq), submission, parts, length))
-                self._seq += 1
-            self._queued_bytes[endpoint] = self._queued_bytes.get(endpoint, 0) + total
+            self._queues.add(priority, Submission(endpoint, room, stream, len(frames)), frames)
             self._cond.notify_all()
 
     def submit_message(self, endpoint: str, room: int, parts: list) -> None:
@@ -231,10 +179,7 @@ class PrioritySender:
         with self._cond:
             if self._closed:
                 raise TransportError(f"sender is closed; cannot send room {room} to {endpoint}")
-            chunk = _Chunk(Pending(0, self._seq), _Submission(endpoint, room, None, 1), list(parts), nbytes)
-            self._seq += 1
-            self._queues.setdefault(0, deque()).append(chunk)
-            self._queued_bytes[endpoint] = self._queued_bytes.get(endpoint, 0) + nbytes
+            self._queues.add(0, Submission(endpoint, room, None, 1), [(list(parts), nbytes)])
             self._cond.notify_all()
 
     def cancel(self, room: int) -> int:
@@ -248,40 +193,20 @@ class PrioritySender:
     def stats(self) -> SenderStats:
         """Counters since construction."""
         with self._cond:
-            return SenderStats(
-                sent_bytes_by_class=MappingProxyType(dict(self._sent_bytes)),
-                chunks_sent=self._chunks_sent,
-                chunks_dropped=self._chunks_dropped,
-                queued_bytes=sum(self._queued_bytes.values()),
-            )
+            return self._queues.stats()
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Block until every queued chunk is sent or dropped; False after ``timeout_s`` seconds."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._queued_bytes and self._current is None, timeout_s)
+            return self._cond.wait_for(lambda: self._queues.idle() and self._current is None, timeout_s)
 
-    def _drop(self, doomed: Callable[[_Chunk], bool]) -> list[_Chunk]:
-        """Remove queued chunks matching ``doomed``; caller holds the lock."""
-        dropped: list[_Chunk] = []
-        for priority, queue in self._queues.items():
-            kept = deque(chunk for chunk in queue if not doomed(chunk))
-            dropped.extend(chunk for chunk in queue if doomed(chunk))
-            self._queues[priority] = kept
-        for chunk in dropped:
-            chunk.submission.dropped = True
-            self._release(chunk.submission.endpoint, chunk.nbytes)
-        self._chunks_dropped += len(dropped)
+    def _drop(self, doomed: Callable[[Chunk], bool]) -> list[Chunk]:
+        """Remove queued chunks matching ``doomed`` and wake the waiters; caller holds the lock."""
+        dropped = self._queues.drop(doomed)
         self._cond.notify_all()
         return dropped
 
-    def _release(self, endpoint: str, nbytes: int) -> None:
-        left = self._queued_bytes.get(endpoint, 0) - nbytes
-        if left > 0:
-            self._queued_bytes[endpoint] = left
-        else:
-            self._queued_bytes.pop(endpoint, None)
-
-    def _next_chunk(self) -> tuple[_Chunk | None, list[tuple[list[int], str]]]:
+    def _next_chunk(self) -> tuple[Chunk | None, list[tuple[list[int], str]]]:
         """Wait for a chunk some endpoint can take and pop the one the policy picks.
 
         Returns ``(chunk, reports)``: ``chunk`` is None once closed, or when
@@ -291,57 +216,22 @@ class PrioritySender:
         with self._cond:
             while not self._closed:
                 reports: list[tuple[list[int], str]] = []
-                heads = self._sendable_heads(reports)
-                if heads:
-                    chosen = next_index([chunk.pending for _, _, chunk in heads])
-                    priority, index, chunk = heads[chosen]
-                    del self._queues[priority][index]
+                chunk = self._queues.pop_next(lambda endpoint: self._endpoint_ready(endpoint, reports))
+                if chunk is not None:
                     self._current = chunk
                     return chunk, reports
                 if reports:
                     return None, reports
-                self._cond.wait(STALL_POLL_S if any(self._queues.values()) else None)
+                self._cond.wait(STALL_POLL_S if self._queues.has_chunks() else None)
             return None, []
 
-    def _sendable_heads(self, reports: list) -> list[tuple[int, int, _Chunk]]:
-        """Per priority class, the first queued chunk whose endpoint can take it; caller holds the lock.
-
-        Endpoints stalled past ``stall_timeout_s`` are given up on the way (into ``reports``).
-        """
-        ready: dict[str, bool] = {}
-        heads = []
-        for priority, queue in list(self._queues.items()):
-            for index, chunk in enumerate(queue):
-                endpoint = chunk.submission.endpoint
-                if endpoint not in ready:
-                    ready[endpoint] = self._endpoint_ready(endpoint, reports)
-                    if not ready[endpoint] and chunk not in self._queues[priority]:
-                        break  # the endpoint was given up and its chunks dropped
-                if ready[endpoint]:
-                    heads.append((priority, index, chunk))
-                    break
-        return heads
-
     def _endpoint_ready(self, endpoint: str, reports: list) -> bool:
-        """Whether ``endpoint`` can take a message; gives it up when stalled too long."""
-        try:
-            if self._transport.ready(endpoint):
-                self._stalled_since.pop(endpoint, None)
-                return True
-            failure = None
-        except Exception as exc:
-            failure = f"{type(exc).__name__}: {exc}"
-        now = time.monotonic()
-        since = self._stalled_since.setdefault(endpoint, now)
-        if failure is None and now - since < self._stall_timeout_s:
-            return False
-        self._stalled_since.pop(endpoint, None)
-        message = failure or (
-            f"decode peer {endpoint} took no data for {self._stall_timeout_s:g} s (dead, unreachable or not reading)"
-        )
-        dropped = self._drop(lambda chunk: chunk.submission.endpoint == endpoint)
-        reports.append((list(dict.fromkeys(chunk.submission.room for chunk in dropped)), message))
-        return False
+        """Whether ``endpoint`` can take a message; gives it up when stalled too long; caller holds the lock."""
+        ready, give_up = self._stalls.check(endpoint, self._transport.ready)
+        if give_up is not None:
+            dropped = self._drop(lambda chunk: chunk.submission.endpoint == endpoint)
+            reports.append((list(dict.fromkeys(chunk.submission.room for chunk in dropped)), give_up))
+        return ready
 
     def _run(self) -> None:
         while True:
@@ -364,24 +254,22 @@ class PrioritySender:
                     failure = str(exc) if isinstance(exc, TransportError) else f"{type(exc).__name__}: {exc}"
             self._finish(chunk, failure)
 
-    def _finish(self, chunk: _Chunk, failure: str | None) -> None:
+    def _finish(self, chunk: Chunk, failure: str | None) -> None:
         submission = chunk.submission
         with self._cond:
             self._current = None
-            self._release(submission.endpoint, chunk.nbytes)
+            self._queues.release(submission.endpoint, chunk.nbytes)
             failed_rooms: list[int] = []
             done = False
             if failure is not None:
                 submission.dropped = True
-                self._chunks_dropped += 1
+                self._queues.record_dropped()
                 dropped = self._drop(lambda other: other.submission.endpoint == submission.endpoint)
                 failed_rooms = list(dict.fromkeys([submission.room, *(other.submission.room for other in dropped)]))
             elif submission.dropped:
-                self._chunks_dropped += 1
+                self._queues.record_dropped()
             else:
-                self._chunks_sent += 1
-                priority = chunk.pending.priority
-                self._sent_bytes[priority] = self._sent_bytes.get(priority, 0) + chunk.nbytes
+                self._queues.record_sent(chunk)
                 submission.remaining -= 1
                 done = submission.remaining == 0 and submission.stream is not None
             self._cond.notify_all()
@@ -399,4 +287,3 @@ def _call(callback: Callable | None, *args: object) -> None:
         callback(*args)
     except Exception:
         logger.exception("PrioritySender callback %r failed", callback)
-

@@ -11,8 +11,9 @@ from lynx.transfer.keys import transfer_key
 from lynx.transfer.transport import Transport
 from pd_fakes import AUX_LENS, SECRET, FakePool, PrefillHost, config, wait_for
 
-from lynx_patches.pd import prefill_side
 from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata
+from lynx_patches.pd.prefill_encoder import Job
+from lynx_patches.pd.prefill_rooms import STALE_METADATA_S
 from lynx_patches.pd.prefill_side import PrefillSide
 
 SESSION = "127.0.0.1:5000"
@@ -117,8 +118,8 @@ def test_an_abort_while_encoding_holds_the_pages_and_nothing_is_sent(side, monke
         return encode(*args)
 
     monkeypatch.setattr(type(side.wire), "encode", lambda self, *args: slow_encode(*args))
-    job = prefill_side._Job(9, 0, 0, np.arange(10, 30), 20)
-    encoder = threading.Thread(target=side._send, args=(job,))
+    job = Job(9, 0, 0, np.arange(10, 30), 20)
+    encoder = threading.Thread(target=side.encoder.send, args=(job,))
     encoder.start()
     assert reading.wait(10)
     side.abort(9)
@@ -134,9 +135,9 @@ def test_metadata_of_rooms_no_request_claimed_is_purged_after_a_while(side):
     side.on_metadata(metadata(room=1))
     side.on_metadata(metadata(room=2))
     side.claim(2)
-    side.clock.now += prefill_side.STALE_METADATA_S + 1
+    side.clock.now += STALE_METADATA_S + 1
     side.purge()
-    assert 1 not in side._destinations and 2 in side._destinations
+    assert side.rooms.targets(1) == () and side.rooms.targets(2) != ()
 
 
 def test_a_second_live_sender_for_a_room_is_refused(side):
