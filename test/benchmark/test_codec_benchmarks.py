@@ -18,6 +18,7 @@ def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=300, check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["codec_throughput.py", "codec_quality.py"])
 def test_help_describes_the_json_option(name):
     result = run_script(name, "--help")
@@ -25,6 +26,7 @@ def test_help_describes_the_json_option(name):
     assert "--json" in result.stdout
 
 
+@pytest.mark.slow
 def test_throughput_tiny_run_reports_positive_rates_for_every_preset(tmp_path):
     out = tmp_path / "throughput.json"
     result = run_script("codec_throughput.py", "--shapes", "128x2x64", "--repeats", "1", "--warmup", "0",
@@ -44,6 +46,7 @@ def test_throughput_tiny_run_reports_positive_rates_for_every_preset(tmp_path):
     assert "GB/s" in result.stdout
 
 
+@pytest.mark.slow
 def test_quality_tiny_run_checks_bytes_and_bf16_exactness(tmp_path, model_path):
     out = tmp_path / "quality.json"
     result = run_script("codec_quality.py", "--num-prompts", "1", "--prompt-tokens", "160", "--continuation", "32",

@@ -54,6 +54,7 @@ def test_pipelining_and_the_floor_are_compared_at_equal_points():
     assert pipelined["mode"] == "lynx" and pipelined["t1_on_over_off"] == pytest.approx(0.75)
 
 
+@pytest.mark.slow
 def test_every_request_type_runs_to_the_token_budget():
     from transformers import AutoTokenizer
     from lynx.models import prepare_smollm2

@@ -141,6 +141,7 @@ def test_command_rejects_bad_values_with_status_2(capsys):
     assert "error" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_estimator_does_not_import_sglang():
     code = "import sys, lynx.estimate; print('sglang' in sys.modules, 'triton' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

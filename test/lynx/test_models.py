@@ -88,6 +88,7 @@ def test_qwen2_folder_is_a_qwen2_model_with_biases_and_grouped_kv_heads(qwen2_pa
     assert {"model.layers.0.self_attn.q_proj.bias", "model.layers.0.self_attn.v_proj.bias"} <= names
 
 
+@pytest.mark.slow
 def test_qwen2_greedily_answers_a_simple_question_in_transformers(qwen2_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

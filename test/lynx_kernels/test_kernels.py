@@ -89,6 +89,7 @@ def test_partial_key_blocks_match_reference(tokens):
     ],
     ids=str,
 )
+@pytest.mark.slow
 def test_general_widths_groups_and_head_dims_match_reference(spec, head_dim):
     assert lynx_kernels.supports(spec, head_dim)
     k_pool, v_pool = _pools(50, heads=3, head_dim=head_dim, dtype=torch.float16, seed=head_dim)
@@ -119,6 +120,7 @@ def _edge_pools(dtype, scale_dtype):
     return k_pool.to(dtype), v_pool.to(dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("scale_dtype", ["float16", "bfloat16"])
 def test_edge_values_match_reference(dtype, scale_dtype):

@@ -73,6 +73,7 @@ def _run_python(code: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_help_lists_every_lynx_option_with_its_default():
     out = subprocess.run(
         [sys.executable, "-m", "sglang.launch_server", "--help"],
@@ -88,6 +89,7 @@ def test_help_lists_every_lynx_option_with_its_default():
             assert f"(default: {opt.default})" in flat, opt.flag
 
 
+@pytest.mark.slow
 def test_unknown_lynx_value_is_a_clear_error_not_a_traceback(model_path):
     proc = subprocess.run(
         [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_path),
@@ -119,6 +121,7 @@ def test_bad_lynx_options_exit_2_with_a_one_line_error(plugins_loaded, model_pat
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_server_refuses_lynx_when_a_hook_failed_to_apply(model_path):
     """SGLang only logs a hook it could not apply; --lynx must then stop with an error."""
     proc = _run_python(

@@ -9,12 +9,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from lynx_testing.netns import run_isolated
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 
 
+@pytest.mark.slow
 def test_the_mooncake_engine_tests_pass_in_a_private_network_namespace():
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "test_mooncake_transport.py")]
     result = run_isolated(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
