@@ -64,9 +64,9 @@ class PrefillRooms:
             return len(self._claims)
 
     def state_counts(self) -> dict[str, int]:
-        """Rooms being encoded and rooms claimed."""
+        """Rooms being encoded, rooms claimed by a sender, and rooms whose decode metadata is held."""
         with self._lock:
-            return {"encoding": len(self._encoding), "claimed": len(self._claims)}
+            return {"encoding": len(self._encoding), "claimed": len(self._claims), "metadata": len(self._destinations)}
 
     def add_metadata(self, meta: RoomMetadata) -> int | None:
         """Record one decode rank's metadata; once every rank's is in, the decode prefix length, else None."""

@@ -83,14 +83,14 @@ def test_anchor_lands_in_the_slots_then_the_residual_waits_for_the_scheduler(lyn
     key = reserve(side)
     manifest, frames = messages(side, key)
     deliver(side, [manifest.seal(key)])
-    assert side.rooms.state(ROOM) is RoomState.RECEIVING and host.moving == [ROOM]
+    assert side.room_state(ROOM) is RoomState.RECEIVING and host.moving == [ROOM]
     deliver(side, frames[255] + frames[0])
-    assert host.succeeded == [ROOM] and side.rooms.state(ROOM) is RoomState.ANCHORED
+    assert host.succeeded == [ROOM] and side.room_state(ROOM) is RoomState.ANCHORED
     assert all(torch.equal(a, b) for a, b in zip(target.snapshot(DST), expected_kv(side, 1)))
     assert bytes(np.concatenate(target.aux_rows, axis=1)[1]) == AUX
     deliver(side, frames[1])
-    assert side.landed.is_set() and side.rooms.state(ROOM) is RoomState.LANDED
-    assert side.apply_residual(ROOM) and side.rooms.state(ROOM) is RoomState.COMPLETE
+    assert side.landed.is_set() and side.room_state(ROOM) is RoomState.LANDED
+    assert side.apply_residual(ROOM) and side.room_state(ROOM) is RoomState.COMPLETE
     assert all(torch.equal(a, b) for a, b in zip(target.snapshot(DST), expected_kv(side, 2)))
     assert not side.apply_residual(ROOM)
 
@@ -101,10 +101,10 @@ def test_one_stream_mode_is_complete_at_the_anchor_and_released_by_the_receiver(
         key = reserve(side)
         manifest, frames = messages(side, key)
         deliver(side, [manifest.seal(key)] + frames[255] + frames[0])
-        assert host.succeeded == [ROOM] and side.rooms.state(ROOM) is RoomState.COMPLETE
+        assert host.succeeded == [ROOM] and side.room_state(ROOM) is RoomState.COMPLETE
         assert all(torch.equal(a, b) for a, b in zip(target.snapshot(DST), expected_kv(side, 1)))
         side.release(ROOM)
-        assert side.rooms.get(ROOM) is None and side.claim(ROOM)
+        assert side.room_state(ROOM) is None and side.claim(ROOM)
     finally:
         side.close()
 
@@ -115,7 +115,7 @@ def test_a_replayed_manifest_after_the_residual_landed_changes_nothing(lynx_side
     manifest, frames = messages(side, key)
     deliver(side, [manifest.seal(key)] + frames[255] + frames[0] + frames[1])
     deliver(side, [manifest.seal(key)])
-    assert side.rooms.state(ROOM) is RoomState.LANDED and side.dropped == 1
+    assert side.room_state(ROOM) is RoomState.LANDED and side.dropped == 1
     assert side.apply_residual(ROOM) and host.failures == []
 
 
@@ -125,7 +125,7 @@ def test_a_manifest_for_fewer_tokens_than_reserved_fails_the_room(lynx_side):
     manifest, _ = messages(side, key, src=SRC[:-1])
     deliver(side, [manifest.seal(key)])
     assert host.failures == [(ROOM, "19 tokens announced, 20 slots reserved")]
-    assert side.rooms.state(ROOM) is RoomState.FAILED
+    assert side.room_state(ROOM) is RoomState.FAILED
 
 
 def test_a_second_live_request_with_the_same_room_cannot_claim_it(lynx_side):
@@ -170,7 +170,7 @@ def test_a_release_during_the_anchor_write_waits_for_it_and_success_is_not_repor
     finish.set()
     writer.join(10)
     releaser.join(10)
-    assert released.is_set() and side.rooms.get(ROOM) is None
+    assert released.is_set() and side.room_state(ROOM) is None
 
 
 def test_frames_signed_with_another_key_are_dropped_without_failing_the_room(lynx_side):
@@ -179,7 +179,7 @@ def test_frames_signed_with_another_key_are_dropped_without_failing_the_room(lyn
     manifest, frames = messages(side, key)
     _, forged = messages(side, b"x" * 32)
     deliver(side, [manifest.seal(key)] + forged[0][:1])
-    assert host.failures == [] and side.dropped == 1 and side.rooms.state(ROOM) is RoomState.RECEIVING
+    assert host.failures == [] and side.dropped == 1 and side.room_state(ROOM) is RoomState.RECEIVING
     deliver(side, frames[255] + frames[0])
     assert host.succeeded == [ROOM]
 
@@ -191,7 +191,7 @@ def test_a_manifest_recorded_from_another_transfer_does_not_verify(lynx_side):
     side.release(ROOM)
     reserve(side)  # the same room id, a new transfer with a new nonce
     deliver(side, [manifest.seal(old_key)])
-    assert side.rooms.state(ROOM) is RoomState.RESERVED and side.dropped == 1 and host.failures == []
+    assert side.room_state(ROOM) is RoomState.RESERVED and side.dropped == 1 and host.failures == []
 
 
 def test_a_signed_manifest_with_wrongly_typed_fields_fails_the_room_at_once(lynx_side):
@@ -230,7 +230,7 @@ def test_a_lost_prefill_fails_its_rooms_but_not_completed_ones(lynx_side):
     side.apply_residual(ROOM)
     side.fail_peer("prefill-a", "lost connection")
     assert host.failures == [(7, "lost connection")]
-    assert side.rooms.state(ROOM) is RoomState.COMPLETE
+    assert side.room_state(ROOM) is RoomState.COMPLETE
 
 
 def test_a_crashing_data_thread_fails_the_live_rooms_and_is_restarted(lynx_side, monkeypatch):

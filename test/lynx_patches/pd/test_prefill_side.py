@@ -137,7 +137,9 @@ def test_metadata_of_rooms_no_request_claimed_is_purged_after_a_while(side):
     side.claim(2)
     side.clock.now += STALE_METADATA_S + 1
     side.purge()
-    assert side.rooms.targets(1) == () and side.rooms.targets(2) != ()
+    assert side.rooms_by_state()["metadata"] == 1
+    side.release(2)
+    assert side.rooms_by_state()["metadata"] == 0
 
 
 def test_a_second_live_sender_for_a_room_is_refused(side):

@@ -142,9 +142,9 @@ def admit(world, rid, room, first_token=7, **req_args):
     manifest, frames = transfer_messages(side.config, FakePool(seed=0), range(PROMPT), room, key, bytes(24))
     for parts in [manifest.seal(key), *frames[255], *frames[0]]:
         side._on_message(parts)
-    side.rooms.hand_over(room)
+    side.hand_over(room)
     req = Req(rid, room, [first_token], **req_args)
-    world.controller.adopt(req, residual_pending=True, timings=side.rooms.timings(room))
+    world.controller.adopt(req, residual_pending=True, timings=side.timings(room))
     world.controller.after_schedule(Batch([]))  # the iteration that streams its first token
     return req, frames
 
@@ -162,9 +162,9 @@ def test_a_residual_that_landed_with_the_anchor_is_applied_after_the_first_token
     manifest, frames = transfer_messages(side.config, FakePool(seed=0), range(PROMPT), 9, key, bytes(24))
     for parts in [manifest.seal(key), *frames[255], *frames[0], *frames[1]]:
         side._on_message(parts)
-    side.rooms.hand_over(9)
+    side.hand_over(9)
     req = Req("f", 9, [7])
-    world.controller.adopt(req, residual_pending=True, timings=side.rooms.timings(9))
+    world.controller.adopt(req, residual_pending=True, timings=side.timings(9))
     batch = Batch([])
     world.controller.before_schedule(batch)  # the first token is streamed after this: no upgrade yet
     assert state_of(req).anchor and "upgrade_s" not in state_of(req).profile
@@ -225,7 +225,7 @@ def test_a_request_verified_up_to_its_length_limit_finishes_into_the_cache(world
     land_residual(world, frames)
     world.controller.before_schedule(Batch([]))
     assert req.finished() and world.released == [("a", True)] and world.scheduler.streamed == [req]
-    assert world.side.rooms.get(1) is None
+    assert world.side.room_state(1) is None
 
 
 def test_an_eos_among_the_accepted_drafts_finishes_the_request_there(world):
@@ -292,7 +292,7 @@ def test_a_failed_residual_drops_the_drafts_answers_with_the_reason_and_frees_ev
     assert req.output_ids == [7] and batch.reqs == []
     assert "residual KV failed: prefill out of memory" in req.finished_reason.message
     assert world.released == [("a", False)] and world.scheduler.streamed == [req]
-    assert world.side.rooms.get(1) is None and "a" not in world.controller.reqs
+    assert world.side.room_state(1) is None and "a" not in world.controller.reqs
 
 
 def test_a_residual_that_stops_moving_fails_the_request_after_the_timeout(world):
