@@ -146,31 +146,48 @@ def test_slots_released_before_the_anchor_arrives_are_never_written(lynx_side):
     assert host.succeeded == [] and side.dropped == len(frames[255]) + len(frames[0])
 
 
-def test_a_release_during_the_anchor_write_waits_for_it_and_success_is_not_reported(lynx_side, monkeypatch):
-    side, host, _ = lynx_side
-    key = reserve(side)
-    manifest, frames = messages(side, key)
-    deliver(side, [manifest.seal(key)] + frames[255])
+def release_during_a_slow_write(side, monkeypatch, writer_of, name, frames_before, frames_during):
+    """Deliver `frames_during` on a writer thread while `writer_of.name` (a wire or pool write) is
+    held up, and release the room meanwhile; whether the release waited for the write to end."""
+    deliver(side, frames_before)
     writing, finish = threading.Event(), threading.Event()
-    write = side.wire.write
+    write = getattr(writer_of, name)
 
     def slow_write(*args):
         writing.set()
         finish.wait(10)
         write(*args)
 
-    monkeypatch.setattr(type(side.wire), "write", lambda self, *args: slow_write(*args))
-    writer = threading.Thread(target=deliver, args=(side, frames[0]))
+    monkeypatch.setattr(type(writer_of), name, lambda self, *args: slow_write(*args))
+    writer = threading.Thread(target=deliver, args=(side, frames_during))
     writer.start()
     assert writing.wait(10)
     released = threading.Event()
     releaser = threading.Thread(target=lambda: (side.release(ROOM), released.set()))
     releaser.start()
-    assert not released.wait(0.3), "release returned while the anchor was being written"
+    waited = not released.wait(0.3)
     finish.set()
     writer.join(10)
     releaser.join(10)
-    assert released.is_set() and side.room_state(ROOM) is None
+    return waited and released.is_set()
+
+
+def test_a_release_during_the_anchor_write_waits_for_it_and_success_is_not_reported(lynx_side, monkeypatch):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    waited = release_during_a_slow_write(side, monkeypatch, side.wire, "write", [manifest.seal(key)] + frames[255], frames[0])
+    assert waited, "release returned while the anchor was being written"
+    assert side.room_state(ROOM) is None and host.succeeded == []
+
+
+def test_a_release_during_the_metadata_write_waits_for_it_and_success_is_not_reported(lynx_side, monkeypatch):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    waited = release_during_a_slow_write(side, monkeypatch, side.pool, "write_aux", [manifest.seal(key)] + frames[0], frames[255])
+    assert waited, "release returned while the request metadata was being written"
+    assert side.room_state(ROOM) is None and host.succeeded == []
 
 
 def test_frames_signed_with_another_key_are_dropped_without_failing_the_room(lynx_side):
