@@ -25,9 +25,8 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import torch
 from lynx.config import LynxConfig
-from lynx.manifest import ManifestAuthError, ManifestError, manifest_room, open_manifest
+from lynx.manifest import MAX_MANIFEST_BYTES, ManifestAuthError, ManifestError, manifest_room, open_manifest
 from lynx.transfer.frames import (
-    FrameAuthError,
     FrameError,
     alive_room,
     decode_frame,
@@ -247,6 +246,8 @@ class DecodeSide:
         entry = self._rooms.get(room)
         if entry is None:
             return self._drop(room, "no such reservation on this rank")
+        if len(msg[2]) > MAX_MANIFEST_BYTES:  # refused before its MAC is checked: anyone may have sent it
+            return self._drop(room, f"a manifest of {len(msg[2])} bytes, more than {MAX_MANIFEST_BYTES}")
         try:
             manifest = open_manifest(msg, entry.key)
         except ManifestAuthError as exc:
@@ -274,10 +275,11 @@ class DecodeSide:
             return self._drop(room, "not receiving (unknown, ended or not announced)")
         try:
             header, payload = decode_frame(msg, entry.key, max_payload=self.config.chunk_bytes)
-            assembly.accept(header, payload)
-        except FrameAuthError as exc:
+        except FrameError as exc:  # not authenticated: anyone may have sent it
             return self._drop(room, str(exc))
-        except FrameError as exc:
+        try:
+            assembly.accept(header, payload)
+        except FrameError as exc:  # signed by the room's sender, yet it does not fit
             return self._fail(room, f"rejected frame: {exc}")
         self._rooms.progress(room)
         if entry.state is RoomState.RECEIVING:

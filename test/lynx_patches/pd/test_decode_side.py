@@ -201,6 +201,56 @@ def test_frames_signed_with_another_key_are_dropped_without_failing_the_room(lyn
     assert host.succeeded == [ROOM]
 
 
+def junk_variants(parts):
+    """Unauthenticated copies of a frame: another version, a payload longer than its header
+    says, and a header declaring more than a chunk, each with the original (now wrong) MAC."""
+    head, payload = parts
+    other_version = bytearray(head)
+    other_version[4] = 99
+    oversized = bytearray(head)
+    oversized[30:34] = (1 << 20).to_bytes(4, "big")
+    return [[bytes(other_version), payload], [head, payload + b"x"], [bytes(oversized), b"x" * (1 << 20)]]
+
+
+def test_junk_frames_naming_a_receiving_room_are_dropped_and_do_not_fail_it(lynx_side):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)])
+    deliver(side, junk_variants(frames[0][0]))
+    assert host.failures == [] and side.dropped == 3 and side.room_state(ROOM) is RoomState.RECEIVING
+    deliver(side, frames[255] + frames[0])
+    assert host.succeeded == [ROOM]
+
+
+def test_a_junk_manifest_too_large_to_be_one_is_dropped_and_does_not_fail_the_room(lynx_side):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    tag, room, body, mac = messages(side, key)[0].seal(key)
+    deliver(side, [[tag, room, body + b" " * 8192, mac]])
+    assert host.failures == [] and side.dropped == 1 and side.room_state(ROOM) is RoomState.RESERVED
+
+
+def test_junk_is_rejected_without_computing_a_single_mac(lynx_side, monkeypatch):
+    from lynx.transfer import frames as frame_module
+
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)])
+    ended_key = reserve(side, room=7, slots=range(0, 20))
+    _, ended = messages(side, ended_key, room=7)
+    side.on_prefill_failure(7, "the prefill gave up")
+    _, unknown = messages(side, key, room=999)
+    macs = []
+    real_mac = frame_module._frame_mac
+    monkeypatch.setattr(frame_module, "_frame_mac", lambda *args: macs.append(1) or real_mac(*args))
+    junk = [unknown[0][0], ended[0][0], *junk_variants(frames[0][0])]
+    deliver(side, junk)
+    assert macs == [] and side.dropped == len(junk)
+    assert host.failures == [(7, "the prefill gave up")] and side.room_state(ROOM) is RoomState.RECEIVING
+
+
 def test_a_manifest_recorded_from_another_transfer_does_not_verify(lynx_side):
     side, host, _ = lynx_side
     old_key = reserve(side)
