@@ -190,6 +190,37 @@ def test_a_release_during_the_metadata_write_waits_for_it_and_success_is_not_rep
     assert side.room_state(ROOM) is None and host.succeeded == []
 
 
+class RecordingPool:
+    """A pool view that logs its metadata writes and each `synchronize` with the room's state then."""
+
+    def __init__(self, view, log, side):
+        self._view, self._log, self._side = view, log, side
+
+    def __getattr__(self, name):
+        return getattr(self._view, name)
+
+    def write_aux(self, index, data):
+        self._log.append("metadata written")
+        self._view.write_aux(index, data)
+
+    def synchronize(self):
+        self._log.append(("synchronized", self._side.room_state(ROOM)))
+
+
+def test_each_write_is_synchronized_inside_the_fence_before_success_is_reported(lynx_side, monkeypatch):
+    side, host, target = lynx_side
+    log = []
+    side.attach(RecordingPool(target.view, log, side))
+    write = side.wire.write
+    monkeypatch.setattr(type(side.wire), "write", lambda wire, *args: (log.append("anchor written"), write(*args)))
+    monkeypatch.setattr(host, "succeed", lambda room: log.append("success reported"))
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)] + frames[0] + frames[255])
+    fenced = ("synchronized", RoomState.WRITING)
+    assert log == ["anchor written", fenced, "metadata written", fenced, "success reported"]
+
+
 def test_frames_signed_with_another_key_are_dropped_without_failing_the_room(lynx_side):
     side, host, _ = lynx_side
     key = reserve(side)
