@@ -99,7 +99,8 @@ def world(monkeypatch):
     """A controller on a real decode side; `released` records KV releases, `freed` tail frees,
     `checkpointed` radix-cache checkpoints."""
     clock = SimpleNamespace(now=0.0)
-    side = DecodeSide(config(max_speculative_tokens=3, transfer_timeout=10.0), SECRET, DecodeHost(), "127.0.0.1", clock=lambda: clock.now)
+    host = DecodeHost()
+    side = DecodeSide(config(max_speculative_tokens=3, transfer_timeout=10.0), SECRET, host, "127.0.0.1", clock=lambda: clock.now)
     side.attach(FakePool(seed=1).view)
     scheduler = Scheduler()
     released, freed, passes, predictions, checkpointed = [], [], [], {}, []
@@ -126,7 +127,7 @@ def world(monkeypatch):
     monkeypatch.setattr(controller_module, "verify_logits", verify_logits)
     monkeypatch.setattr(controller_module, "predict", predict)
     world = SimpleNamespace(
-        side=side, scheduler=scheduler, controller=SpecController(scheduler, side), clock=clock,
+        side=side, host=host, scheduler=scheduler, controller=SpecController(scheduler, side), clock=clock,
         released=released, freed=freed, passes=passes, predictions=predictions, checkpointed=checkpointed,
     )  # fmt: skip
     yield world
@@ -368,3 +369,28 @@ def test_a_grammar_that_cannot_roll_back_keeps_its_request_from_speculating(worl
     world.scheduler.waiting_queue.append(req)
     world.controller.before_schedule(Batch([]))
     assert state_of(req).parked and world.scheduler.streamed == [req]
+
+
+def test_a_request_already_finished_when_its_transfer_commits_leaves_no_room_behind(world):
+    from lynx_patches.pd.conn import LynxKVReceiver
+
+    class Receiver(LynxKVReceiver):
+        def __init__(self, side):
+            self.lynx_side = side
+
+    side = world.side
+    assert side.claim(5)
+    nonce = side.reserve(5, np.arange(PROMPT), 0, 0.0, "prefill", ("tcp://prefill:1",))
+    key = transfer_key(SECRET, nonce)
+    manifest, frames = transfer_messages(side.config, FakePool(seed=0), range(PROMPT), 5, key, bytes(24))
+    for parts in [manifest.seal(key), *frames[255], *frames[0]]:
+        side._on_message(parts)
+    setattr(world.scheduler, hooks.CONTROLLER_ATTR, world.controller)
+    req = Req("gone", 5, [7], finished_reason="abort")
+    committed = []
+    queue = SimpleNamespace(scheduler=world.scheduler)
+    hooks.commit_transfer(lambda q, d: committed.append(d.req), queue, SimpleNamespace(req=req, kv_receiver=Receiver(side)))
+    side.release(5)  # SGLang's receiver is cleared next
+    assert committed == [req] and "gone" not in world.controller.reqs
+    assert side.room_state(5) is None and side.live_count() == 0
+    assert world.host.cancelled == [5], "the prefill is asked to stop sending the residual"
