@@ -40,7 +40,6 @@ from lynx_patches.startup import lynx_config_of
 
 logger = logging.getLogger(__name__)
 
-PURGE_EVERY_S = 30.0
 CONTROL_POLL_MS = 500
 
 
@@ -155,7 +154,6 @@ class LynxKVManager(CommonKVManager):
     def _control_loop(self) -> None:
         poller = zmq.Poller()
         poller.register(self.server_socket, zmq.POLLIN)
-        last_purge = time.monotonic()
         while not self.control.stop.is_set():
             msg = self.server_socket.recv_multipart() if poller.poll(CONTROL_POLL_MS) else None
             if msg and self.deferred_bootstrap is not None and self._handle_bootstrap_message(msg):
@@ -165,9 +163,6 @@ class LynxKVManager(CommonKVManager):
                     self._on_control(msg)
                 except ControlError as exc:
                     logger.error("Lynx: %s", exc)
-            if not self.is_decode and time.monotonic() - last_purge > PURGE_EVERY_S:
-                self.side.purge()
-                last_purge = time.monotonic()
 
     def _on_control(self, msg: list[bytes]) -> None:
         if self.is_decode:

@@ -12,7 +12,8 @@ reported Success once the snapshot is taken, so SGLang may free the prefill KV
 pages. An abort that arrives while the encoder reads those pages waits for it
 (`busy`), and the streams of an aborted request are never sent. Until then, a
 supervised alive thread tells the decode ranks of each announced room that its
-prefill is still computing.
+prefill is still computing; the same thread forgets, now and then, the
+metadata of rooms no request ever claimed here.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from lynx_patches.pd.prefill_rooms import PrefillRooms
 logger = logging.getLogger(__name__)
 
 ALIVE_EVERY_S = 1.0
+PURGE_EVERY_S = 30.0
 
 
 class PrefillHost(EncoderHost, Protocol):
@@ -62,7 +64,7 @@ class PrefillSide:
     def __init__(
         self, config: LynxConfig, secret: bytes, host: PrefillHost, address: str, clock=time.monotonic
     ) -> None:
-        self.config, self.wire, self._host = config, config.wire, host
+        self.config, self.wire, self._host, self._clock = config, config.wire, host, clock
         self.peers: dict[str, DecodeRegistration] = {}
         self.refused: dict[str, str] = {}
         wire = self.wire
@@ -209,11 +211,16 @@ class PrefillSide:
 
     def _alive_loop(self) -> None:
         """While an announced room's prefill is still computing, tell its decode ranks so every
-        `ALIVE_EVERY_S`: their no-progress timeout then only fires on a real stall."""
+        `ALIVE_EVERY_S` (their no-progress timeout then only fires on a real stall); `purge`
+        every `PURGE_EVERY_S`."""
+        last_purge = self._clock()
         while not self.supervisor.stop.wait(ALIVE_EVERY_S):
             for room, peers in self._rooms.announced():
                 for endpoint, key in peers:
                     self.sender.submit_message(endpoint, room, encode_alive(room, key))
+            if self._clock() - last_purge > PURGE_EVERY_S:
+                self.purge()
+                last_purge = self._clock()
 
     def _on_crash(self, name: str, error: str) -> None:
         logger.error("Lynx prefill: %s restarted after: %s", name, error)

@@ -14,7 +14,7 @@ from pd_fakes import AUX_LENS, SECRET, FakePool, PrefillHost, config, wait_for
 from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata
 from lynx_patches.pd.prefill_encoder import Job
 from lynx_patches.pd.prefill_rooms import STALE_METADATA_S
-from lynx_patches.pd.prefill_side import PrefillSide
+from lynx_patches.pd.prefill_side import PURGE_EVERY_S, PrefillSide
 
 SESSION = "127.0.0.1:5000"
 NONCE = bytes(range(16))
@@ -198,6 +198,14 @@ def test_metadata_of_rooms_no_request_claimed_is_purged_after_a_while(side):
     assert side.rooms_by_state()["metadata"] == 1
     side.release(2)
     assert side.rooms_by_state()["metadata"] == 0
+
+
+def test_the_alive_thread_purges_unclaimed_metadata_once_it_is_stale(side):
+    side.on_registration(registration(), AUX_LENS)
+    side.on_metadata(metadata(room=1))
+    side.start()
+    side.clock.now += STALE_METADATA_S + PURGE_EVERY_S + 1
+    assert wait_for(lambda: side.rooms_by_state()["metadata"] == 0, timeout_s=10)
 
 
 def test_a_second_live_sender_for_a_room_is_refused(side):
