@@ -83,8 +83,8 @@ class PrefillSide:
 
     @property
     def broken(self) -> str | None:
-        """Why a Lynx thread of this side stopped restarting, or None."""
-        return self.supervisor.broken
+        """Why a Lynx thread of this side (the sender's worker included) stopped restarting, or None."""
+        return self.supervisor.broken or self.sender.broken
 
     @property
     def dropped(self) -> int:
