@@ -79,6 +79,7 @@ class DecodeSide:
         self.listener = make_listener(config, secret, bind_host)
         self.supervisor = Supervisor(self._on_crash)
         self.dropped = 0
+        self._handling: int | None = None  # the room the data thread's message names, while it handles it
 
     @property
     def data_endpoint(self) -> str:
@@ -206,7 +207,9 @@ class DecodeSide:
         while not self.supervisor.stop.is_set():
             msg = self.listener.recv(timeout_s=RECV_POLL_S)
             if msg:
+                self._handling = message_room(msg)
                 self._on_message(msg)
+                self._handling = None
 
     def _on_message(self, msg: list[bytes]) -> None:
         room = manifest_room(msg)
@@ -225,8 +228,12 @@ class DecodeSide:
         self._rooms.progress(room)
 
     def _on_crash(self, name: str, error: str) -> None:
-        for room in self._rooms.live():
-            self._fail(room, f"Lynx data thread failed ({error}); the room's frames may be lost")
+        """Fail the room whose message the data thread was handling; every live room if none is known."""
+        room, self._handling = self._handling, None
+        reason = f"Lynx data thread failed ({error}); the room's frames may be lost"
+        known = room is not None and self._rooms.get(room) is not None
+        for doomed in [room] if known else self._rooms.live():
+            self._fail(doomed, reason)
 
     def _fail(self, room: int, reason: str) -> None:
         if not self._rooms.fail(room, reason):
@@ -315,6 +322,15 @@ class DecodeSide:
             if allowed:
                 pool.synchronize()
         return allowed
+
+
+def message_room(msg: list[bytes]) -> int | None:
+    """The room a manifest, alive message or frame names (unauthenticated), or None."""
+    for room_of in (manifest_room, alive_room, peek_room):
+        room = room_of(msg)
+        if room is not None:
+            return room
+    return None
 
 
 def _segment_slots(entry: Room, shape) -> np.ndarray:

@@ -331,9 +331,10 @@ def test_a_lost_prefill_fails_its_rooms_but_not_completed_ones(lynx_side):
     assert side.room_state(ROOM) is RoomState.COMPLETE
 
 
-def test_a_crashing_data_thread_fails_the_live_rooms_and_is_restarted(lynx_side, monkeypatch):
+def test_a_data_thread_crash_outside_any_room_fails_every_live_room_and_the_thread_restarts(lynx_side, monkeypatch):
     side, host, _ = lynx_side
     reserve(side)
+    reserve(side, room=7, slots=range(0, 20))
     calls = []
     recv = side.listener.recv
 
@@ -346,8 +347,29 @@ def test_a_crashing_data_thread_fails_the_live_rooms_and_is_restarted(lynx_side,
     monkeypatch.setattr(side.listener, "recv", broken_recv)
     side.start()
     assert wait_for(lambda: len(calls) > 2), "the data thread was not restarted"
-    assert host.failures and "Lynx data thread failed (RuntimeError: boom)" in host.failures[0][1]
+    assert sorted(room for room, _ in host.failures) == [7, ROOM]
+    assert all("Lynx data thread failed (RuntimeError: boom)" in reason for _, reason in host.failures)
     assert side.supervisor.broken is None
+
+
+def test_a_data_thread_crash_on_a_rooms_message_fails_only_that_room(lynx_side, monkeypatch):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    other_key = reserve(side, room=7, slots=range(0, 20))
+    manifest, frames = messages(side, key)
+    other_manifest, _ = messages(side, other_key, room=7)
+    deliver(side, [manifest.seal(key), other_manifest.seal(other_key)] + frames[255])
+    script = iter(frames[0])  # the anchor: its last chunk makes the data thread write it
+    monkeypatch.setattr(side.listener, "recv", lambda timeout_s: next(script, None) or threading.Event().wait(0.01))
+
+    def broken_write(*args):
+        raise RuntimeError("write bug")
+
+    monkeypatch.setattr(type(side.wire), "write", lambda wire, *args: broken_write(*args))
+    side.start()
+    assert wait_for(lambda: host.failures), "the crash was not reported"
+    assert host.failures == [(ROOM, "Lynx data thread failed (RuntimeError: write bug); the room's frames may be lost")]
+    assert side.room_state(7) is RoomState.RECEIVING and side.supervisor.restarts == 1
 
 
 def test_a_peer_without_the_secret_cannot_get_a_byte_to_the_data_thread(lynx_side):
