@@ -99,7 +99,8 @@ class LynxKVReceiver(_ClaimsItsRoom, CommonKVReceiver):
         ]
         try:
             slots = page_slots(kv_indices, page_size, tokens)
-            self.lynx_side.reserve(self.bootstrap_room, slots, aux_index, self.created_at, self.bootstrap_addr, endpoints)
+            room, since, peer = self.bootstrap_room, self.created_at, self.bootstrap_addr
+            self.lynx_side.reserve(room, slots, aux_index, since, peer, endpoints)
         except (DuplicateRoom, ValueError) as exc:
             self._fail(str(exc))
             return

@@ -201,7 +201,9 @@ def test_a_crashed_worker_fails_the_rooms_it_carried_and_sends_again_after_its_r
     errors, failed = [], threading.Event()
     transport = RecordingTransport()
     on_error = lambda room, message: (errors.append((room, message)), failed.set())  # noqa: E731
-    sender = PrioritySender(transport, KEY, chunk_bytes=4, pacer=FailingPacer(1), on_error=on_error, restart_backoff_s=0)
+    sender = PrioritySender(
+        transport, KEY, chunk_bytes=4, pacer=FailingPacer(1), on_error=on_error, restart_backoff_s=0
+    )
     sender.submit(PEER, 1, 0, b"a" * 8)
     sender.submit(OTHER_PEER, 2, 1, b"r" * 8)
     sender.submit(PEER, 1, 1, b"s" * 4)

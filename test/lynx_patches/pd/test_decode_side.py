@@ -176,7 +176,8 @@ def test_a_release_during_the_anchor_write_waits_for_it_and_success_is_not_repor
     side, host, _ = lynx_side
     key = reserve(side)
     manifest, frames = messages(side, key)
-    waited = release_during_a_slow_write(side, monkeypatch, side.wire, "write", [manifest.seal(key)] + frames[255], frames[0])
+    before, during = [manifest.seal(key)] + frames[255], frames[0]
+    waited = release_during_a_slow_write(side, monkeypatch, side.wire, "write", before, during)
     assert waited, "release returned while the anchor was being written"
     assert side.room_state(ROOM) is None and host.succeeded == []
 
@@ -185,7 +186,8 @@ def test_a_release_during_the_metadata_write_waits_for_it_and_success_is_not_rep
     side, host, _ = lynx_side
     key = reserve(side)
     manifest, frames = messages(side, key)
-    waited = release_during_a_slow_write(side, monkeypatch, side.pool, "write_aux", [manifest.seal(key)] + frames[0], frames[255])
+    before, during = [manifest.seal(key)] + frames[0], frames[255]
+    waited = release_during_a_slow_write(side, monkeypatch, side.pool, "write_aux", before, during)
     assert waited, "release returned while the request metadata was being written"
     assert side.room_state(ROOM) is None and host.succeeded == []
 

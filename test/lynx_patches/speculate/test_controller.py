@@ -389,7 +389,8 @@ def test_a_request_already_finished_when_its_transfer_commits_leaves_no_room_beh
     req = Req("gone", 5, [7], finished_reason="abort")
     committed = []
     queue = SimpleNamespace(scheduler=world.scheduler)
-    hooks.commit_transfer(lambda q, d: committed.append(d.req), queue, SimpleNamespace(req=req, kv_receiver=Receiver(side)))
+    decode_req = SimpleNamespace(req=req, kv_receiver=Receiver(side))
+    hooks.commit_transfer(lambda q, d: committed.append(d.req), queue, decode_req)
     side.release(5)  # SGLang's receiver is cleared next
     assert committed == [req] and "gone" not in world.controller.reqs
     assert side.room_state(5) is None and side.live_count() == 0
