@@ -40,41 +40,43 @@ class _ClaimsItsRoom:
 
 
 class LynxKVSender(_ClaimsItsRoom, CommonKVSender):
-    """Prefill side per request; the manager's `PrefillSide` does the sending."""
+    """Prefill side per request; `lynx_side`, the manager's `PrefillSide`, does the sending."""
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room, *args, **kwargs):
-        self._lynx_owner = mgr.side.claim(bootstrap_room)
+        self.lynx_side = mgr.side
+        self._lynx_owner = self.lynx_side.claim(bootstrap_room)
         super().__init__(mgr, bootstrap_addr, bootstrap_room, *args, **kwargs)
         if not self._lynx_owner:
             self.conclude_state = KVPoll.Failed
         elif mgr.broken is not None:
-            mgr.record_failure(bootstrap_room, f"this prefill server cannot send KV: {mgr.broken}")
-            mgr.update_status(bootstrap_room, KVPoll.Failed)
+            mgr.fail_room(bootstrap_room, f"this prefill server cannot send KV: {mgr.broken}")
 
     def poll(self) -> KVPoll:
         status = super().poll()
-        if status == KVPoll.Failed and self._lynx_owner and self.kv_mgr.side.busy(self.bootstrap_room):
+        if status == KVPoll.Failed and self._lynx_owner and self.lynx_side.busy(self.bootstrap_room):
             return KVPoll.Transferring  # the encoder still reads the request's pages
         return status
 
     def abort(self) -> None:
         if self._lynx_owner:
-            self.kv_mgr.side.abort(self.bootstrap_room)
+            self.lynx_side.abort(self.bootstrap_room)
             super().abort()
 
     def clear(self) -> None:
         if self._lynx_owner:
-            self.kv_mgr.side.release(self.bootstrap_room)
+            self.lynx_side.release(self.bootstrap_room)
             super().clear()
 
 
 class LynxKVReceiver(_ClaimsItsRoom, CommonKVReceiver):
-    """Decode side per request: reserves the room's slots, fences failures, enforces the timeout."""
+    """Decode side per request: reserves the room's slots in `lynx_side` (the manager's
+    `DecodeSide`), fences failures, enforces the timeout."""
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
         self.created_at = time.monotonic()
         self.lynx_tokens: int | None = None  # set by `lynx_patches.pd.registry.send_kv_metadata`
-        self._lynx_owner = mgr.side.claim(bootstrap_room)
+        self.lynx_side = mgr.side
+        self._lynx_owner = self.lynx_side.claim(bootstrap_room)
         super().__init__(mgr, bootstrap_addr, bootstrap_room)
         if not self._lynx_owner:
             self._owns_bootstrap_room = False  # SGLang's clear/abort then leave the room's state alone
@@ -97,7 +99,8 @@ class LynxKVReceiver(_ClaimsItsRoom, CommonKVReceiver):
         ]
         try:
             slots = page_slots(kv_indices, page_size, tokens)
-            mgr.side.reserve(self.bootstrap_room, slots, aux_index, self.created_at, self.bootstrap_addr, endpoints)
+            room, since, peer = self.bootstrap_room, self.created_at, self.bootstrap_addr
+            self.lynx_side.reserve(room, slots, aux_index, since, peer, endpoints)
         except (DuplicateRoom, ValueError) as exc:
             self._fail(str(exc))
             return
@@ -108,7 +111,7 @@ class LynxKVReceiver(_ClaimsItsRoom, CommonKVReceiver):
         if not self._lynx_owner:
             return status
         if status not in (KVPoll.Success, KVPoll.Failed):
-            reason = self.kv_mgr.side.check(self.bootstrap_room)
+            reason = self.lynx_side.check(self.bootstrap_room)
             if reason is not None:
                 self._fail(reason)
                 status = KVPoll.Failed
@@ -116,16 +119,15 @@ class LynxKVReceiver(_ClaimsItsRoom, CommonKVReceiver):
             # Whoever failed the room, the prefill must stop sending its bytes, and
             # SGLang frees its slots next: no Lynx thread may write them any more.
             self.ensure_abort_notified()
-            self.kv_mgr.side.release(self.bootstrap_room)
+            self.lynx_side.release(self.bootstrap_room)
         return status
 
     def _fail(self, reason: str) -> None:
-        self.kv_mgr.record_failure(self.bootstrap_room, reason)
-        self.kv_mgr.update_status(self.bootstrap_room, KVPoll.Failed)
+        self.kv_mgr.fail_room(self.bootstrap_room, reason)
 
     def clear(self) -> None:
         if self._lynx_owner:
-            self.kv_mgr.side.release(self.bootstrap_room)
+            self.lynx_side.release(self.bootstrap_room)
         super().clear()
 
 

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import torch
 from lynx.config import LynxConfig
-from lynx.manifest import ManifestAuthError, ManifestError, manifest_room, open_manifest
+from lynx.manifest import MAX_MANIFEST_BYTES, ManifestAuthError, ManifestError, manifest_room, open_manifest
 from lynx.transfer.frames import (
-    FrameAuthError,
     FrameError,
     alive_room,
     decode_frame,
@@ -59,12 +58,19 @@ class DecodeHost(Protocol):
     def cancel(self, room: int, endpoints: tuple[str, ...]) -> None: ...
 
 
+class Reservation(NamedTuple):
+    """What the prefill must be told of a reserved room: exactly this many tokens, under this nonce."""
+
+    num_tokens: int
+    nonce: bytes
+
+
 class DecodeSide:
     """One per decode rank. Args: the config, the shared secret, the engine adapter, the bind address."""
 
     def __init__(self, config: LynxConfig, secret: bytes, host: DecodeHost, bind_host: str, clock=None) -> None:
         self.config, self.wire, self._secret, self._host = config, config.wire, secret, host
-        self.rooms = RoomTable(config.transfer_timeout, **({"clock": clock} if clock else {}))
+        self._rooms = RoomTable(config.transfer_timeout, **({"clock": clock} if clock else {}))
         self.landed = threading.Event()
         self._pool: PoolView | None = None
         self._pool_ready = threading.Event()
@@ -73,10 +79,16 @@ class DecodeSide:
         self.listener = make_listener(config, secret, bind_host)
         self.supervisor = Supervisor(self._on_crash)
         self.dropped = 0
+        self._handling: int | None = None  # the room the data thread's message names, while it handles it
 
     @property
     def data_endpoint(self) -> str:
         return self.listener.endpoint
+
+    @property
+    def broken(self) -> str | None:
+        """Why the data thread stopped restarting, or None."""
+        return self.supervisor.broken
 
     @property
     def pool(self) -> PoolView:
@@ -101,7 +113,7 @@ class DecodeSide:
     def claim(self, room: int) -> bool:
         """Claim `room` for a new receiver; False if a live receiver holds it (a duplicate)."""
         with self._claims_lock:
-            if room in self._claims or self.rooms.state(room) not in (None, RoomState.FAILED, RoomState.CLOSED):
+            if room in self._claims or self._rooms.state(room) not in (None, RoomState.FAILED, RoomState.CLOSED):
                 return False
             self._claims.add(room)
             return True
@@ -111,31 +123,47 @@ class DecodeSide:
         nonce = new_nonce()
         entry = Room(room, np.asarray(slots, dtype=np.int64), aux_index, transfer_key(self._secret, nonce), since, peer)
         entry.extra.update(endpoints=tuple(endpoints), nonce=nonce)
-        self.rooms.reserve(entry)
+        self._rooms.reserve(entry)
         return nonce
 
+    def reservation(self, room: int) -> Reservation | None:
+        """The room's token count and transfer nonce, or None if it has no reservation."""
+        entry = self._rooms.get(room)
+        return None if entry is None else Reservation(entry.num_tokens, entry.extra["nonce"])
+
+    def room_state(self, room: int) -> RoomState | None:
+        return self._rooms.state(room)
+
+    def timings(self, room: int) -> dict[str, float]:
+        """The room's milestones so far (seconds since the request arrived); {} if it is gone."""
+        return self._rooms.timings(room)
+
     def live_count(self) -> int:
-        return len(self.rooms.live())
+        return len(self._rooms.live())
 
     def rooms_by_state(self) -> dict[str, int]:
-        return self.rooms.count_by_state()
+        return self._rooms.count_by_state()
 
     def check(self, room: int) -> str | None:
         """The room's failure (its deadline is checked first), or None."""
-        return self.rooms.expire(room)
+        return self._rooms.expire(room)
 
     def release(self, room: int) -> None:
         """The receiver is done: drop the room unless the consumer owns it. Waits for a write."""
         with self._claims_lock:
             self._claims.discard(room)
-        self.rooms.close(room, owner="transfer")
+        self._rooms.close(room, owner="transfer")
 
     # --- the consumer's side (the speculation controller, scheduler thread) ----------------
 
+    def hand_over(self, room: int) -> None:
+        """The consumer owns the room from now on: the receiver's `release` leaves it alone."""
+        self._rooms.hand_over(room)
+
     def forget(self, room: int) -> None:
         """The request ended: drop the room; if KV is still coming, ask the prefill to stop."""
-        state = self.rooms.state(room)
-        entry = self.rooms.close(room)
+        state = self._rooms.state(room)
+        entry = self._rooms.close(room)
         if entry is not None and state not in (RoomState.LANDED, RoomState.COMPLETE):
             self._host.cancel(room, entry.extra.get("endpoints", ()))
 
@@ -147,7 +175,7 @@ class DecodeSide:
         segment is applied once, as soon as its residual has landed. True once
         every segment is applied (the room is then complete).
         """
-        entry = self.rooms.get(room)
+        entry = self._rooms.get(room)
         assembly = entry.assembly if entry is not None else None
         if assembly is None or entry.state not in (RoomState.ANCHORED, RoomState.LANDED):
             return False
@@ -161,7 +189,7 @@ class DecodeSide:
             assembly.residuals_applied.add(k)
         if len(assembly.residuals_applied) < assembly.num_segments:
             return False
-        return self.rooms.take_landed(room) is not None
+        return self._rooms.take_landed(room) is not None
 
     def on_prefill_failure(self, room: int, reason: str) -> None:
         """A prefill rank reports it cannot deliver the room's KV."""
@@ -169,8 +197,8 @@ class DecodeSide:
 
     def fail_peer(self, peer: str, reason: str) -> None:
         """The sender `peer` is gone: fail every room still expecting bytes from it."""
-        for room in self.rooms.rooms_of(peer):
-            if self.rooms.state(room) is not RoomState.COMPLETE:
+        for room in self._rooms.rooms_of(peer):
+            if self._rooms.state(room) is not RoomState.COMPLETE:
                 self._fail(room, reason)
 
     # --- data thread ----------------------------------------------------------------------
@@ -179,7 +207,9 @@ class DecodeSide:
         while not self.supervisor.stop.is_set():
             msg = self.listener.recv(timeout_s=RECV_POLL_S)
             if msg:
+                self._handling = message_room(msg)
                 self._on_message(msg)
+                self._handling = None
 
     def _on_message(self, msg: list[bytes]) -> None:
         room = manifest_room(msg)
@@ -192,20 +222,24 @@ class DecodeSide:
 
     def _on_alive(self, room: int, msg: list[bytes]) -> None:
         """The prefill is still computing the room's tokens: silence meanwhile is not a stall."""
-        entry = self.rooms.get(room)
+        entry = self._rooms.get(room)
         if entry is None or not verify_alive(msg, entry.key):
             return self._drop(room, "an alive message for no room of this rank, or with a bad MAC")
-        self.rooms.progress(room)
+        self._rooms.progress(room)
 
     def _on_crash(self, name: str, error: str) -> None:
-        for room in self.rooms.live():
-            self._fail(room, f"Lynx data thread failed ({error}); the room's frames may be lost")
+        """Fail the room whose message the data thread was handling; every live room if none is known."""
+        room, self._handling = self._handling, None
+        reason = f"Lynx data thread failed ({error}); the room's frames may be lost"
+        known = room is not None and self._rooms.get(room) is not None
+        for doomed in [room] if known else self._rooms.live():
+            self._fail(doomed, reason)
 
     def _fail(self, room: int, reason: str) -> None:
-        if not self.rooms.fail(room, reason):
+        if not self._rooms.fail(room, reason):
             return
         logger.error("Lynx decode: room %s failed: %s", room, reason)
-        entry = self.rooms.get(room)
+        entry = self._rooms.get(room)
         if entry is not None and entry.owner == "transfer":
             self._host.fail(room, reason)
         else:
@@ -216,9 +250,11 @@ class DecodeSide:
         logger.warning("Lynx decode: dropped a message for room %s: %s", room, why)
 
     def _on_manifest(self, room: int, msg: list[bytes]) -> None:
-        entry = self.rooms.get(room)
+        entry = self._rooms.get(room)
         if entry is None:
             return self._drop(room, "no such reservation on this rank")
+        if len(msg[2]) > MAX_MANIFEST_BYTES:  # refused before its MAC is checked: anyone may have sent it
+            return self._drop(room, f"a manifest of {len(msg[2])} bytes, more than {MAX_MANIFEST_BYTES}")
         try:
             manifest = open_manifest(msg, entry.key)
         except ManifestAuthError as exc:
@@ -233,29 +269,30 @@ class DecodeSide:
             return self._fail(room, problem)
         entry.extra["segments"] = self.wire.segment_shapes(manifest.shape, manifest.segment_tokens)
         assembly = SegmentedAssembly(room, manifest.segment_sizes(self.wire), manifest.aux_size)
-        problem = self.rooms.start_receiving(room, manifest, assembly)
+        problem = self._rooms.start_receiving(room, manifest, assembly)
         if problem is not None:
             return self._drop(room, problem)
         self._host.transferring(room)
 
     def _on_frame(self, msg: list[bytes]) -> None:
         room = peek_room(msg)
-        entry = self.rooms.get(room) if room is not None else None
+        entry = self._rooms.get(room) if room is not None else None
         assembly = entry.assembly if entry is not None else None
         if assembly is None or entry.state not in (RoomState.RECEIVING, RoomState.ANCHORED):
             return self._drop(room, "not receiving (unknown, ended or not announced)")
         try:
             header, payload = decode_frame(msg, entry.key, max_payload=self.config.chunk_bytes)
-            assembly.accept(header, payload)
-        except FrameAuthError as exc:
+        except FrameError as exc:  # not authenticated: anyone may have sent it
             return self._drop(room, str(exc))
-        except FrameError as exc:
+        try:
+            assembly.accept(header, payload)
+        except FrameError as exc:  # signed by the room's sender, yet it does not fit
             return self._fail(room, f"rejected frame: {exc}")
-        self.rooms.progress(room)
+        self._rooms.progress(room)
         if entry.state is RoomState.RECEIVING:
             self._land_anchors(entry, assembly)
-        if self.rooms.anchored(entry.room) and assembly.all_ready:
-            self.rooms.all_landed(entry.room, complete=self.wire.num_streams == 1)
+        if self._rooms.anchored(entry.room) and assembly.all_ready:
+            self._rooms.all_landed(entry.room, complete=self.wire.num_streams == 1)
             self.landed.set()
 
     def _land_anchors(self, entry: Room, assembly: SegmentedAssembly) -> None:
@@ -266,14 +303,14 @@ class DecodeSide:
                 if not self._write(entry, assembly, k):
                     return
         if len(assembly.anchors_written) == assembly.num_segments and assembly.aux_ready:
-            if self._write(entry, assembly, None) and self.rooms.anchored(entry.room):
+            if self._write(entry, assembly, None) and self._rooms.anchored(entry.room):
                 self._host.succeed(entry.room)
 
     def _write(self, entry: Room, assembly: SegmentedAssembly, segment: int | None) -> bool:
         """Inside the room's write fence: one segment's anchor, or (None) the metadata, which
         completes the anchor. False if the room may not be written any more."""
         pool = self.pool
-        with self.rooms.writing(entry.room, final=segment is None) as allowed:
+        with self._rooms.writing(entry.room, final=segment is None) as allowed:
             if allowed and segment is not None:
                 shape = entry.extra["segments"][segment]
                 index = pool.slot_index(_segment_slots(entry, shape))
@@ -285,6 +322,15 @@ class DecodeSide:
             if allowed:
                 pool.synchronize()
         return allowed
+
+
+def message_room(msg: list[bytes]) -> int | None:
+    """The room a manifest, alive message or frame names (unauthenticated), or None."""
+    for room_of in (manifest_room, alive_room, peek_room):
+        room = room_of(msg)
+        if room is not None:
+            return room
+    return None
 
 
 def _segment_slots(entry: Room, shape) -> np.ndarray:

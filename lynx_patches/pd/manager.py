@@ -40,7 +40,6 @@ from lynx_patches.startup import lynx_config_of
 
 logger = logging.getLogger(__name__)
 
-PURGE_EVERY_S = 30.0
 CONTROL_POLL_MS = 500
 
 
@@ -82,7 +81,12 @@ class LynxKVManager(CommonKVManager):
     @property
     def broken(self) -> str | None:
         """Why this rank can no longer move KV (a Lynx thread keeps crashing), or None."""
-        return self.control.broken or self.side.supervisor.broken
+        return self.control.broken or self.side.broken
+
+    def fail_room(self, room: int, reason: str) -> None:
+        """Record why the room failed and mark it Failed (SGLang reads the reason when it polls)."""
+        self.record_failure(room, reason)
+        self.update_status(room, KVPoll.Failed)
 
     def attach_pool(self, pool) -> None:
         """Give the side the rank's KV pool (its per-layer K/V tensors) and metadata rows."""
@@ -115,8 +119,8 @@ class LynxKVManager(CommonKVManager):
         is_dummy: bool,
         device_kv_indices=None,
     ) -> list[bytes]:
-        entry = self.side.rooms.get(bootstrap_room)
-        if entry is None and not is_dummy:
+        reservation = self.side.reservation(bootstrap_room)
+        if reservation is None and not is_dummy:
             raise ControlError(f"room {bootstrap_room} has no reservation on this decode rank")
         metadata = RoomMetadata(
             room=bootstrap_room,
@@ -126,8 +130,8 @@ class LynxKVManager(CommonKVManager):
             required_dst_info_num=required_dst_info_num,
             is_dummy=is_dummy,
             decode_prefix_len=int(decode_prefix_len or 0),
-            num_tokens=0 if entry is None else entry.num_tokens,
-            nonce=bytes(16) if entry is None else entry.extra["nonce"],
+            num_tokens=0 if reservation is None else reservation.num_tokens,
+            nonce=bytes(16) if reservation is None else reservation.nonce,
             data_endpoint=self.side.data_endpoint,
         )
         return seal(self.key, metadata.to_parts())
@@ -150,7 +154,6 @@ class LynxKVManager(CommonKVManager):
     def _control_loop(self) -> None:
         poller = zmq.Poller()
         poller.register(self.server_socket, zmq.POLLIN)
-        last_purge = time.monotonic()
         while not self.control.stop.is_set():
             msg = self.server_socket.recv_multipart() if poller.poll(CONTROL_POLL_MS) else None
             if msg and self.deferred_bootstrap is not None and self._handle_bootstrap_message(msg):
@@ -160,9 +163,6 @@ class LynxKVManager(CommonKVManager):
                     self._on_control(msg)
                 except ControlError as exc:
                     logger.error("Lynx: %s", exc)
-            if not self.is_decode and time.monotonic() - last_purge > PURGE_EVERY_S:
-                self.side.purge()
-                last_purge = time.monotonic()
 
     def _on_control(self, msg: list[bytes]) -> None:
         if self.is_decode:
@@ -239,8 +239,7 @@ class _PrefillHost:
     def fail(self, room: int, reason: str, notify=()) -> None:
         mgr = self._mgr
         if room in mgr.request_status and mgr.check_status(room) != KVPoll.Success:
-            mgr.record_failure(room, reason)
-            mgr.update_status(room, KVPoll.Failed)
+            mgr.fail_room(room, reason)
         if notify:
             mgr.send_kv_status_message(
                 targets=list(notify), bootstrap_room=room, status=KVPoll.Failed, failure_reason=reason
@@ -261,8 +260,7 @@ class _DecodeHost:
 
     def fail(self, room: int, reason: str) -> None:
         if room in self._mgr.request_status:
-            self._mgr.record_failure(room, reason)
-            self._mgr.update_status(room, KVPoll.Failed)
+            self._mgr.fail_room(room, reason)
 
     def transferring(self, room: int) -> None:
         # Out of SGLang's waiting timeout: the room's own no-progress deadline runs now.

@@ -64,9 +64,14 @@ class PrefillRooms:
             return len(self._claims)
 
     def state_counts(self) -> dict[str, int]:
-        """Rooms being encoded and rooms claimed."""
+        """Rooms being encoded, claimed by a sender, aborted while claimed, and with decode metadata held."""
         with self._lock:
-            return {"encoding": len(self._encoding), "claimed": len(self._claims)}
+            return {
+                "encoding": len(self._encoding),
+                "claimed": len(self._claims),
+                "aborted": len(self._aborted),
+                "metadata": len(self._destinations),
+            }
 
     def add_metadata(self, meta: RoomMetadata) -> int | None:
         """Record one decode rank's metadata; once every rank's is in, the decode prefix length, else None."""
@@ -116,9 +121,14 @@ class PrefillRooms:
             self._aborted.discard(room)
 
     def abort(self, room: int) -> None:
-        """Mark the room aborted: no more of it is planned, encoded or announced alive."""
+        """Mark the room aborted: no more of it is planned, encoded or announced alive.
+
+        Only a claimed room is remembered aborted (until its sender releases it):
+        a claim starts afresh anyway, so remembering others would only grow.
+        """
         with self._lock:
-            self._aborted.add(room)
+            if room in self._claims:
+                self._aborted.add(room)
             self._alive.pop(room, None)
             self._outgoing.pop(room, None)
 

@@ -12,7 +12,8 @@ reported Success once the snapshot is taken, so SGLang may free the prefill KV
 pages. An abort that arrives while the encoder reads those pages waits for it
 (`busy`), and the streams of an aborted request are never sent. Until then, a
 supervised alive thread tells the decode ranks of each announced room that its
-prefill is still computing.
+prefill is still computing; the same thread forgets, now and then, the
+metadata of rooms no request ever claimed here.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from lynx_patches.pd.prefill_rooms import PrefillRooms
 logger = logging.getLogger(__name__)
 
 ALIVE_EVERY_S = 1.0
+PURGE_EVERY_S = 30.0
 
 
 class PrefillHost(EncoderHost, Protocol):
@@ -62,11 +64,11 @@ class PrefillSide:
     def __init__(
         self, config: LynxConfig, secret: bytes, host: PrefillHost, address: str, clock=time.monotonic
     ) -> None:
-        self.config, self.wire, self._host = config, config.wire, host
+        self.config, self.wire, self._host, self._clock = config, config.wire, host, clock
         self.peers: dict[str, DecodeRegistration] = {}
         self.refused: dict[str, str] = {}
         wire = self.wire
-        self.rooms = PrefillRooms(lambda total: wire.segments(total, config.segment_tokens), clock)
+        self._rooms = PrefillRooms(lambda total: wire.segments(total, config.segment_tokens), clock)
         self.transport = make_transport(config, secret, address)
         self.sender = PrioritySender(
             self.transport,
@@ -77,18 +79,23 @@ class PrefillSide:
             submit_timeout_s=0,
         )
         self.supervisor = Supervisor(self._on_crash)
-        self.encoder = PrefillEncoder(config, wire, secret, host, self.rooms, self.sender, self.supervisor.stop)
+        self.encoder = PrefillEncoder(config, wire, secret, host, self._rooms, self.sender, self.supervisor.stop)
+
+    @property
+    def broken(self) -> str | None:
+        """Why a Lynx thread of this side (the sender's worker included) stopped restarting, or None."""
+        return self.supervisor.broken or self.sender.broken
 
     @property
     def dropped(self) -> int:
         return self.sender.stats().chunks_dropped
 
     def live_count(self) -> int:
-        return self.rooms.claimed_count()
+        return self._rooms.claimed_count()
 
     def rooms_by_state(self) -> dict[str, int]:
         queued = self.sender.stats().queued_bytes
-        return {**self.rooms.state_counts(), "queued_bytes": queued}
+        return {**self._rooms.state_counts(), "queued_bytes": queued}
 
     def attach(self, pool: PoolView) -> None:
         self.encoder.attach(pool)
@@ -145,7 +152,7 @@ class PrefillSide:
             raise ControlError(f"metadata for room {meta.room} from unregistered {meta.session_id}")
         if not meta.is_dummy:
             check_data_endpoint(meta.data_endpoint, meta.endpoint)
-        decode_prefix_len = self.rooms.add_metadata(meta)
+        decode_prefix_len = self._rooms.add_metadata(meta)
         if decode_prefix_len is not None:
             self._host.room_ready(meta.room, decode_prefix_len)
 
@@ -156,12 +163,12 @@ class PrefillSide:
 
     def abort(self, room: int) -> None:
         """Nothing more of the room is encoded or sent."""
-        self.rooms.abort(room)
+        self._rooms.abort(room)
         self.sender.cancel(room)
 
     def purge(self) -> None:
         """Forget metadata of rooms no request ever claimed (the prefill never saw them)."""
-        stale = self.rooms.purge()
+        stale = self._rooms.purge()
         if stale:
             logger.info("Lynx prefill: dropped metadata of %d rooms that never arrived here", stale)
 
@@ -169,27 +176,27 @@ class PrefillSide:
 
     def claim(self, room: int) -> bool:
         """Claim `room` for a new sender; False if a live sender holds it (a duplicate)."""
-        return self.rooms.claim(room)
+        return self._rooms.claim(room)
 
     def release(self, room: int) -> None:
         """The sender ended: forget the room (queued bytes of it stay queued unless aborted)."""
-        self.rooms.release(room)
+        self._rooms.release(room)
 
     def busy(self, room: int) -> bool:
         """Whether the encoder is reading the room's KV pages right now (they must not be freed)."""
-        return self.rooms.busy(room)
+        return self._rooms.busy(room)
 
     def add_chunk(self, room: int, pages, is_last: bool, aux_index, num_tokens) -> None:
         """Called by SGLang's sender for each prefilled chunk: queue every segment it completes."""
         pages = np.asarray(pages, dtype=np.int64)
         page_size = self.pool.page_size
         count = len(pages) * page_size if num_tokens is None else int(num_tokens)
-        planned = self.rooms.add_chunk(room, pages, page_size, count, is_last)
+        planned = self._rooms.add_chunk(room, pages, page_size, count, is_last)
         if planned is None:
             return
         segments, problem = planned
         if problem is not None:
-            self._host.fail(room, problem, self.rooms.targets(room))
+            self._host.fail(room, problem, self._rooms.targets(room))
             return
         jobs = [Job(room, s.index, s.first_token, s.slots, s.total) for s in segments]
         if is_last:
@@ -204,16 +211,21 @@ class PrefillSide:
 
     def _alive_loop(self) -> None:
         """While an announced room's prefill is still computing, tell its decode ranks so every
-        `ALIVE_EVERY_S`: their no-progress timeout then only fires on a real stall."""
+        `ALIVE_EVERY_S` (their no-progress timeout then only fires on a real stall); `purge`
+        every `PURGE_EVERY_S`."""
+        last_purge = self._clock()
         while not self.supervisor.stop.wait(ALIVE_EVERY_S):
-            for room, peers in self.rooms.announced():
+            for room, peers in self._rooms.announced():
                 for endpoint, key in peers:
                     self.sender.submit_message(endpoint, room, encode_alive(room, key))
+            if self._clock() - last_purge > PURGE_EVERY_S:
+                self.purge()
+                last_purge = self._clock()
 
     def _on_crash(self, name: str, error: str) -> None:
         logger.error("Lynx prefill: %s restarted after: %s", name, error)
 
     def _on_send_error(self, room: int, message: str) -> None:
         logger.error("Lynx prefill: room %s: %s", room, message)
-        self.rooms.quiet(room)
-        self._host.fail(room, message, self.rooms.targets(room))
+        self._rooms.quiet(room)
+        self._host.fail(room, message, self._rooms.targets(room))

@@ -111,7 +111,7 @@ class SpecController:
         state = state_of(req)
         if state is None:
             return {"mode": self.config.mode}
-        state.timings.update(self.side.rooms.timings(state.room))
+        state.timings.update(self.side.timings(state.room))
         return {"mode": self.config.mode, **state.timings, **state.metrics()}
 
     # --- per iteration -------------------------------------------------------------------------
@@ -130,7 +130,7 @@ class SpecController:
                 state.grammar_drafts = state.speculated(len(req.output_ids))
                 state.grammar_done = req.grammar.is_terminated()
             failure = self.side.check(state.room)
-            room_state = self.side.rooms.state(state.room)
+            room_state = self.side.room_state(state.room)
             if failure is not None or room_state is None:
                 self._fail(req, f"residual KV failed: {failure or 'the transfer was lost'}", running_batch)
             elif state.parked and req.to_finish:

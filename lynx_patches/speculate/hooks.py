@@ -42,12 +42,12 @@ def commit_transfer(original, queue, decode_req):
     req = decode_req.req
     if not isinstance(decode_req.kv_receiver, LynxKVReceiver):  # e.g. SGLang's warmup (fake)
         return original(queue, decode_req)
-    side = decode_req.kv_receiver.kv_mgr.side
+    side = decode_req.kv_receiver.lynx_side
     room = req.bootstrap_room
     residual_pending = side.wire.num_streams > 1
     if residual_pending:
-        side.rooms.hand_over(room)  # the residual outlives SGLang's receiver
-    timings = side.rooms.timings(room)
+        side.hand_over(room)  # the residual outlives SGLang's receiver
+    timings = side.timings(room)
     result = original(queue, decode_req)
     controller = controller_of(queue.scheduler)
     if req.finished():  # aborted at commit: nothing will consume the room

@@ -201,8 +201,8 @@ class RoomTable:
 
         While inside, `close` waits and `fail` only marks the room. On exit the
         room is ANCHORED if this was its `final` anchor write (else RECEIVING
-        again, for the next segment), or FAILED if a failure was recorded
-        meanwhile (`anchored` tells).
+        again, for the next segment), FAILED if a failure was recorded
+        meanwhile, or CLOSED if a `close` waits for it (`anchored` tells).
         """
         with self._cond:
             entry = self._rooms.get(room)
@@ -216,6 +216,8 @@ class RoomTable:
                 with self._cond:
                     if entry.failure is not None:
                         entry.state = RoomState.FAILED
+                    elif entry.closing:
+                        entry.state = RoomState.CLOSED  # released meanwhile: never reported anchored
                     elif final:
                         entry.timings["anchor_ready_s"] = self.clock() - entry.since
                         entry.state = RoomState.ANCHORED

@@ -122,10 +122,11 @@ class SendQueues:
         self._chunks_dropped += len(dropped)
         return dropped
 
-    def clear(self) -> None:
-        """Drop every queued chunk and forget every endpoint's bytes, those in flight included."""
-        self.drop(lambda chunk: True)
+    def clear(self) -> list[Chunk]:
+        """Drop every queued chunk and forget every endpoint's bytes, those in flight included; return the chunks."""
+        dropped = self.drop(lambda chunk: True)
         self._queued_bytes.clear()
+        return dropped
 
     def release(self, endpoint: str, nbytes: int) -> None:
         """``nbytes`` of ``endpoint`` are no longer queued or in flight."""

@@ -1,10 +1,11 @@
-"""The prioritized sender: one worker thread that models one outgoing link.
+"""The prioritized sender: one supervised worker thread that models one outgoing link.
 
 Streams are cut into chunks and signed at submission (``chunking.sign_chunks``)
 and queued in one FIFO per priority class (``send_queue.SendQueues``). The
 worker asks ``policy.next_index`` which class head goes next (strict priority
 across every request and peer), waits for the pacer, and hands the chunk to
-the transport.
+the transport. A worker that raises (``supervise.Supervisor``) drops every
+chunk queued or in flight, reports each of their rooms, and starts again.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lynx.transfer.frames import priority_of
 from lynx.transfer.pacer import TokenBucket, Unpaced
 from lynx.transfer.send_queue import Chunk, SendQueues, SenderStats, Submission
 from lynx.transfer.stalls import StallWatch
+from lynx.transfer.supervise import Supervisor
 from lynx.transfer.transport import Transport, TransportError
 
 logger = logging.getLogger(__name__)
@@ -50,6 +52,10 @@ class PrioritySender:
             (``Transport.ready`` false) for this long is given up: its chunks
             are dropped and ``on_error`` reports its rooms.
         clock: seconds, monotonic; passed to the pacer.
+        restart_backoff_s: how long a crashed worker waits before it starts
+            again. Each crash drops every queued chunk and reports each of
+            their rooms to ``on_error``; after too many crashes the sender is
+            ``broken`` and refuses new work.
 
     One link, strict priority among the endpoints that can take a message: a
     stalled or dead peer is skipped, never waited for, so it holds up nobody
@@ -71,6 +77,7 @@ class PrioritySender:
         submit_timeout_s: float = 30.0,
         stall_timeout_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        restart_backoff_s: float = 0.5,
     ) -> None:
         if not isinstance(chunk_bytes, int) or not 1 <= chunk_bytes <= MAX_FRAME_PAYLOAD:
             raise ValueError(f"chunk_bytes must be an int in 1..{MAX_FRAME_PAYLOAD}, got {chunk_bytes!r}")
@@ -89,18 +96,22 @@ class PrioritySender:
         self._cond = threading.Condition()
         self._queues = SendQueues()
         self._current: Chunk | None = None
-        self._closed = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._closed = self._started = False
+        self._supervisor = Supervisor(self._on_crash, backoff_s=restart_backoff_s)
+
+    @property
+    def broken(self) -> str | None:
+        """Why the worker stopped restarting (it kept crashing), or None."""
+        return self._supervisor.broken
 
     def start(self) -> PrioritySender:
         """Start the worker thread (idempotent). Chunks submitted before it wait in the queues."""
         with self._cond:
             if self._closed:
                 raise TransportError("sender is closed")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="lynx-priority-sender", daemon=True)
-                self._thread.start()
+            if not self._started:
+                self._started = True
+                self._supervisor.start("lynx-priority-sender", self._run)
         return self
 
     def close(self) -> None:
@@ -110,9 +121,7 @@ class PrioritySender:
             self._queues.clear()
             self._cond.notify_all()
             self._current = None
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+        self._supervisor.close()
 
     def __enter__(self) -> PrioritySender:
         return self.start()
@@ -155,6 +164,7 @@ class PrioritySender:
         )
         deadline = time.monotonic() + self._submit_timeout_s
         with self._cond:
+            self._check_open(room, endpoint)
             while not self._closed and self._queues.queued_bytes(endpoint) + total > self.max_inflight_bytes:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -164,8 +174,7 @@ class PrioritySender:
                         f"{self.max_inflight_bytes}); the peer or link is too slow"
                     )
                 self._cond.wait(remaining)
-            if self._closed:
-                raise TransportError(f"sender is closed; cannot send room {room} to {endpoint}")
+            self._check_open(room, endpoint)
             self._queues.add(priority, Submission(endpoint, room, stream, len(frames)), frames)
             self._cond.notify_all()
 
@@ -177,8 +186,7 @@ class PrioritySender:
         """
         nbytes = sum(len(memoryview(part)) for part in parts)
         with self._cond:
-            if self._closed:
-                raise TransportError(f"sender is closed; cannot send room {room} to {endpoint}")
+            self._check_open(room, endpoint)
             self._queues.add(0, Submission(endpoint, room, None, 1), [(list(parts), nbytes)])
             self._cond.notify_all()
 
@@ -199,6 +207,13 @@ class PrioritySender:
         """Block until every queued chunk is sent or dropped; False after ``timeout_s`` seconds."""
         with self._cond:
             return self._cond.wait_for(lambda: self._queues.idle() and self._current is None, timeout_s)
+
+    def _check_open(self, room: int, endpoint: str) -> None:
+        """Raise TransportError if the sender takes no more work; caller holds the lock."""
+        if self._closed:
+            raise TransportError(f"sender is closed; cannot send room {room} to {endpoint}")
+        if self.broken is not None:
+            raise TransportError(f"sender is broken ({self.broken}); cannot send room {room} to {endpoint}")
 
     def _drop(self, doomed: Callable[[Chunk], bool]) -> list[Chunk]:
         """Remove queued chunks matching ``doomed`` and wake the waiters; caller holds the lock."""
@@ -240,11 +255,11 @@ class PrioritySender:
                 for room in rooms:
                     _call(self._on_error, room, message)
             if chunk is None:
-                if self._stop.is_set() or self._closed:
+                if self._supervisor.stop.is_set() or self._closed:
                     return
                 continue
             wait = self._pacer.reserve(chunk.nbytes, self._clock())
-            if wait > 0 and self._stop.wait(wait):
+            if wait > 0 and self._supervisor.stop.wait(wait):
                 return
             failure = None
             if not chunk.submission.dropped:
@@ -277,6 +292,20 @@ class PrioritySender:
             _call(self._on_error, room, failure)
         if done:
             _call(self._on_sent, submission.room, submission.stream)
+
+
+    def _on_crash(self, name: str, error: str) -> None:
+        """The worker raised: drop every chunk queued or in flight and report each of their rooms once."""
+        with self._cond:
+            current, self._current = self._current, None
+            dropped = self._queues.clear()
+            if current is not None:
+                current.submission.dropped = True
+                self._queues.record_dropped()
+            self._cond.notify_all()
+        carried = ([current] if current is not None else []) + dropped
+        for room in dict.fromkeys(chunk.submission.room for chunk in carried):
+            _call(self._on_error, room, f"the sender's worker failed ({error}); the room's queued KV was dropped")
 
 
 def _call(callback: Callable | None, *args: object) -> None:

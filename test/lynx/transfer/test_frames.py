@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lynx.transfer import frames
 from lynx.transfer.frames import (
     AUX_STREAM,
     FRAME_VERSION,
@@ -150,6 +151,31 @@ def test_signed_header_with_chunk_index_past_num_chunks_is_malformed():
     head[HEADER_STRUCT.size :] = hashlib.blake2b(fields + b"abcd", digest_size=16, person=b"lynx-frame").digest()
     with pytest.raises(MalformedFrame, match="chunk_index 5"):
         decode_frame([bytes(head), b"abcd"], b"", max_payload=4)
+
+
+def test_junk_is_rejected_without_computing_a_mac(monkeypatch):
+    macs = []
+    real_mac = frames._frame_mac
+    monkeypatch.setattr(frames, "_frame_mac", lambda *args: macs.append(1) or real_mac(*args))
+    good = wire(encode_frame(make_header(num_chunks=2, chunk_index=1), b"abcd", KEY))
+    macs.clear()
+    other_version = bytearray(good[0])
+    other_version[4] = 99
+    past_the_end = bytearray(good[0])
+    past_the_end[14:18] = (5).to_bytes(4, "big")
+    junk = [
+        [bytes(other_version), b"abcd"],
+        [good[0], b"abcde"],
+        [good[0], b"x" * (1 << 20)],
+        [bytes(past_the_end), b"abcd"],
+        [good[0][:-1], b"abcd"],
+    ]
+    for parts in junk:
+        with pytest.raises(FrameError):
+            decode_frame(parts, KEY, max_payload=4)
+    assert macs == []
+    decode_frame(good, KEY, max_payload=4)
+    assert macs == [1]
 
 
 def test_frame_errors_are_value_errors():

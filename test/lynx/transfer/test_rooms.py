@@ -15,6 +15,15 @@ class Clock:
         return self.now
 
 
+def wait_until(condition, timeout_s=10.0):
+    done = threading.Event()
+    for _ in range(int(timeout_s / 0.01)):
+        if condition():
+            return True
+        done.wait(0.01)
+    return condition()
+
+
 def table(timeout=10.0):
     clock = Clock()
     return RoomTable(timeout, clock), clock
@@ -135,6 +144,32 @@ def test_close_waits_for_the_write_in_progress_before_it_returns():
     for thread in threads:
         thread.join(10)
     assert order == ["write done", "closed"] and rooms.get(7) is None
+
+
+def test_a_room_closed_during_its_final_write_is_never_anchored():
+    rooms, _ = table()
+    reserve(rooms)
+    rooms.start_receiving(7, "m", "a")
+    inside, release = threading.Event(), threading.Event()
+    anchored_after = []
+
+    def writer():
+        with rooms.writing(7, final=True) as allowed:
+            assert allowed
+            inside.set()
+            release.wait(10)
+        anchored_after.append(rooms.anchored(7))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert inside.wait(10)
+    closer = threading.Thread(target=rooms.close, args=(7,))
+    closer.start()
+    assert wait_until(lambda: rooms.get(7).closing)
+    release.set()
+    thread.join(10)
+    closer.join(10)
+    assert anchored_after == [False] and rooms.get(7) is None
 
 
 def test_a_failure_during_the_write_wins_over_the_write():

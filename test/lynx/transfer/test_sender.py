@@ -44,6 +44,15 @@ class RecordingTransport(Transport):
         return [(header.room, header.stream, header.chunk_index) for _, header, _ in self.sent]
 
 
+def wait_for(condition, timeout_s=10.0):
+    done = threading.Event()
+    for _ in range(int(timeout_s / 0.01)):
+        if condition():
+            return True
+        done.wait(0.01)
+    return condition()
+
+
 def run_to_idle(sender):
     sender.start()
     assert sender.wait_idle(timeout_s=30)
@@ -173,6 +182,61 @@ def test_callback_exceptions_do_not_stop_the_worker():
     run_to_idle(sender)
     sender.close()
     assert transport.order() == [(1, 0, 0), (2, 0, 0)]
+
+
+class FailingPacer:
+    """A pacer that raises on its first ``failures`` reservations, then lets everything through."""
+
+    def __init__(self, failures):
+        self.failures = failures
+
+    def reserve(self, nbytes, now):
+        if self.failures > 0:
+            self.failures -= 1
+            raise RuntimeError("pacer bug")
+        return 0.0
+
+
+def test_a_crashed_worker_fails_the_rooms_it_carried_and_sends_again_after_its_restart():
+    errors, failed = [], threading.Event()
+    transport = RecordingTransport()
+    on_error = lambda room, message: (errors.append((room, message)), failed.set())  # noqa: E731
+    sender = PrioritySender(
+        transport, KEY, chunk_bytes=4, pacer=FailingPacer(1), on_error=on_error, restart_backoff_s=0
+    )
+    sender.submit(PEER, 1, 0, b"a" * 8)
+    sender.submit(OTHER_PEER, 2, 1, b"r" * 8)
+    sender.submit(PEER, 1, 1, b"s" * 4)
+    sender.start()
+    assert failed.wait(10)
+    assert sender.wait_idle(timeout_s=10) and sender.stats().queued_bytes == 0
+    assert sorted(room for room, _ in errors) == [1, 2]
+    assert all("sender's worker failed (RuntimeError: pacer bug)" in message for _, message in errors)
+    sender.submit(PEER, 3, 0, b"b" * 4)
+    assert sender.wait_idle(timeout_s=10)
+    sender.close()
+    assert transport.order() == [(3, 0, 0)] and sender.broken is None
+
+
+def test_a_worker_that_keeps_crashing_marks_the_sender_broken_and_new_work_is_refused():
+    errors = []
+    sender = PrioritySender(
+        RecordingTransport(), KEY, pacer=FailingPacer(1000), on_error=lambda room, message: errors.append(room),
+        restart_backoff_s=0,
+    )  # fmt: skip
+    sender.start()
+    for room in range(20):
+        if sender.broken is not None:
+            break
+        sender.submit(PEER, room, 0, b"x")
+        assert wait_for(lambda: room in errors)
+    assert sender.broken is not None and "pacer bug" in sender.broken
+    assert errors == list(range(room)) and room > 1
+    with pytest.raises(TransportError, match="broken"):
+        sender.submit(PEER, 99, 0, b"x")
+    with pytest.raises(TransportError, match="broken"):
+        sender.submit_message(PEER, 99, [b"MESSAGE"])
+    sender.close()
 
 
 def test_submission_larger_than_the_inflight_bound_is_a_value_error():

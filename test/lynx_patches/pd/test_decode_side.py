@@ -83,14 +83,14 @@ def test_anchor_lands_in_the_slots_then_the_residual_waits_for_the_scheduler(lyn
     key = reserve(side)
     manifest, frames = messages(side, key)
     deliver(side, [manifest.seal(key)])
-    assert side.rooms.state(ROOM) is RoomState.RECEIVING and host.moving == [ROOM]
+    assert side.room_state(ROOM) is RoomState.RECEIVING and host.moving == [ROOM]
     deliver(side, frames[255] + frames[0])
-    assert host.succeeded == [ROOM] and side.rooms.state(ROOM) is RoomState.ANCHORED
+    assert host.succeeded == [ROOM] and side.room_state(ROOM) is RoomState.ANCHORED
     assert all(torch.equal(a, b) for a, b in zip(target.snapshot(DST), expected_kv(side, 1)))
     assert bytes(np.concatenate(target.aux_rows, axis=1)[1]) == AUX
     deliver(side, frames[1])
-    assert side.landed.is_set() and side.rooms.state(ROOM) is RoomState.LANDED
-    assert side.apply_residual(ROOM) and side.rooms.state(ROOM) is RoomState.COMPLETE
+    assert side.landed.is_set() and side.room_state(ROOM) is RoomState.LANDED
+    assert side.apply_residual(ROOM) and side.room_state(ROOM) is RoomState.COMPLETE
     assert all(torch.equal(a, b) for a, b in zip(target.snapshot(DST), expected_kv(side, 2)))
     assert not side.apply_residual(ROOM)
 
@@ -101,10 +101,10 @@ def test_one_stream_mode_is_complete_at_the_anchor_and_released_by_the_receiver(
         key = reserve(side)
         manifest, frames = messages(side, key)
         deliver(side, [manifest.seal(key)] + frames[255] + frames[0])
-        assert host.succeeded == [ROOM] and side.rooms.state(ROOM) is RoomState.COMPLETE
+        assert host.succeeded == [ROOM] and side.room_state(ROOM) is RoomState.COMPLETE
         assert all(torch.equal(a, b) for a, b in zip(target.snapshot(DST), expected_kv(side, 1)))
         side.release(ROOM)
-        assert side.rooms.get(ROOM) is None and side.claim(ROOM)
+        assert side.room_state(ROOM) is None and side.claim(ROOM)
     finally:
         side.close()
 
@@ -115,7 +115,7 @@ def test_a_replayed_manifest_after_the_residual_landed_changes_nothing(lynx_side
     manifest, frames = messages(side, key)
     deliver(side, [manifest.seal(key)] + frames[255] + frames[0] + frames[1])
     deliver(side, [manifest.seal(key)])
-    assert side.rooms.state(ROOM) is RoomState.LANDED and side.dropped == 1
+    assert side.room_state(ROOM) is RoomState.LANDED and side.dropped == 1
     assert side.apply_residual(ROOM) and host.failures == []
 
 
@@ -125,7 +125,7 @@ def test_a_manifest_for_fewer_tokens_than_reserved_fails_the_room(lynx_side):
     manifest, _ = messages(side, key, src=SRC[:-1])
     deliver(side, [manifest.seal(key)])
     assert host.failures == [(ROOM, "19 tokens announced, 20 slots reserved")]
-    assert side.rooms.state(ROOM) is RoomState.FAILED
+    assert side.room_state(ROOM) is RoomState.FAILED
 
 
 def test_a_second_live_request_with_the_same_room_cannot_claim_it(lynx_side):
@@ -146,31 +146,81 @@ def test_slots_released_before_the_anchor_arrives_are_never_written(lynx_side):
     assert host.succeeded == [] and side.dropped == len(frames[255]) + len(frames[0])
 
 
-def test_a_release_during_the_anchor_write_waits_for_it_and_success_is_not_reported(lynx_side, monkeypatch):
-    side, host, _ = lynx_side
-    key = reserve(side)
-    manifest, frames = messages(side, key)
-    deliver(side, [manifest.seal(key)] + frames[255])
+def release_during_a_slow_write(side, monkeypatch, writer_of, name, frames_before, frames_during):
+    """Deliver `frames_during` on a writer thread while `writer_of.name` (a wire or pool write) is
+    held up, and release the room meanwhile; whether the release waited for the write to end."""
+    deliver(side, frames_before)
     writing, finish = threading.Event(), threading.Event()
-    write = side.wire.write
+    write = getattr(writer_of, name)
 
     def slow_write(*args):
         writing.set()
         finish.wait(10)
         write(*args)
 
-    monkeypatch.setattr(type(side.wire), "write", lambda self, *args: slow_write(*args))
-    writer = threading.Thread(target=deliver, args=(side, frames[0]))
+    monkeypatch.setattr(type(writer_of), name, lambda self, *args: slow_write(*args))
+    writer = threading.Thread(target=deliver, args=(side, frames_during))
     writer.start()
     assert writing.wait(10)
     released = threading.Event()
     releaser = threading.Thread(target=lambda: (side.release(ROOM), released.set()))
     releaser.start()
-    assert not released.wait(0.3), "release returned while the anchor was being written"
+    waited = not released.wait(0.3)
     finish.set()
     writer.join(10)
     releaser.join(10)
-    assert released.is_set() and side.rooms.get(ROOM) is None
+    return waited and released.is_set()
+
+
+def test_a_release_during_the_anchor_write_waits_for_it_and_success_is_not_reported(lynx_side, monkeypatch):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    before, during = [manifest.seal(key)] + frames[255], frames[0]
+    waited = release_during_a_slow_write(side, monkeypatch, side.wire, "write", before, during)
+    assert waited, "release returned while the anchor was being written"
+    assert side.room_state(ROOM) is None and host.succeeded == []
+
+
+def test_a_release_during_the_metadata_write_waits_for_it_and_success_is_not_reported(lynx_side, monkeypatch):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    before, during = [manifest.seal(key)] + frames[0], frames[255]
+    waited = release_during_a_slow_write(side, monkeypatch, side.pool, "write_aux", before, during)
+    assert waited, "release returned while the request metadata was being written"
+    assert side.room_state(ROOM) is None and host.succeeded == []
+
+
+class RecordingPool:
+    """A pool view that logs its metadata writes and each `synchronize` with the room's state then."""
+
+    def __init__(self, view, log, side):
+        self._view, self._log, self._side = view, log, side
+
+    def __getattr__(self, name):
+        return getattr(self._view, name)
+
+    def write_aux(self, index, data):
+        self._log.append("metadata written")
+        self._view.write_aux(index, data)
+
+    def synchronize(self):
+        self._log.append(("synchronized", self._side.room_state(ROOM)))
+
+
+def test_each_write_is_synchronized_inside_the_fence_before_success_is_reported(lynx_side, monkeypatch):
+    side, host, target = lynx_side
+    log = []
+    side.attach(RecordingPool(target.view, log, side))
+    write = side.wire.write
+    monkeypatch.setattr(type(side.wire), "write", lambda wire, *args: (log.append("anchor written"), write(*args)))
+    monkeypatch.setattr(host, "succeed", lambda room: log.append("success reported"))
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)] + frames[0] + frames[255])
+    fenced = ("synchronized", RoomState.WRITING)
+    assert log == ["anchor written", fenced, "metadata written", fenced, "success reported"]
 
 
 def test_frames_signed_with_another_key_are_dropped_without_failing_the_room(lynx_side):
@@ -179,9 +229,59 @@ def test_frames_signed_with_another_key_are_dropped_without_failing_the_room(lyn
     manifest, frames = messages(side, key)
     _, forged = messages(side, b"x" * 32)
     deliver(side, [manifest.seal(key)] + forged[0][:1])
-    assert host.failures == [] and side.dropped == 1 and side.rooms.state(ROOM) is RoomState.RECEIVING
+    assert host.failures == [] and side.dropped == 1 and side.room_state(ROOM) is RoomState.RECEIVING
     deliver(side, frames[255] + frames[0])
     assert host.succeeded == [ROOM]
+
+
+def junk_variants(parts):
+    """Unauthenticated copies of a frame: another version, a payload longer than its header
+    says, and a header declaring more than a chunk, each with the original (now wrong) MAC."""
+    head, payload = parts
+    other_version = bytearray(head)
+    other_version[4] = 99
+    oversized = bytearray(head)
+    oversized[30:34] = (1 << 20).to_bytes(4, "big")
+    return [[bytes(other_version), payload], [head, payload + b"x"], [bytes(oversized), b"x" * (1 << 20)]]
+
+
+def test_junk_frames_naming_a_receiving_room_are_dropped_and_do_not_fail_it(lynx_side):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)])
+    deliver(side, junk_variants(frames[0][0]))
+    assert host.failures == [] and side.dropped == 3 and side.room_state(ROOM) is RoomState.RECEIVING
+    deliver(side, frames[255] + frames[0])
+    assert host.succeeded == [ROOM]
+
+
+def test_a_junk_manifest_too_large_to_be_one_is_dropped_and_does_not_fail_the_room(lynx_side):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    tag, room, body, mac = messages(side, key)[0].seal(key)
+    deliver(side, [[tag, room, body + b" " * 8192, mac]])
+    assert host.failures == [] and side.dropped == 1 and side.room_state(ROOM) is RoomState.RESERVED
+
+
+def test_junk_is_rejected_without_computing_a_single_mac(lynx_side, monkeypatch):
+    from lynx.transfer import frames as frame_module
+
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)])
+    ended_key = reserve(side, room=7, slots=range(0, 20))
+    _, ended = messages(side, ended_key, room=7)
+    side.on_prefill_failure(7, "the prefill gave up")
+    _, unknown = messages(side, key, room=999)
+    macs = []
+    real_mac = frame_module._frame_mac
+    monkeypatch.setattr(frame_module, "_frame_mac", lambda *args: macs.append(1) or real_mac(*args))
+    junk = [unknown[0][0], ended[0][0], *junk_variants(frames[0][0])]
+    deliver(side, junk)
+    assert macs == [] and side.dropped == len(junk)
+    assert host.failures == [(7, "the prefill gave up")] and side.room_state(ROOM) is RoomState.RECEIVING
 
 
 def test_a_manifest_recorded_from_another_transfer_does_not_verify(lynx_side):
@@ -191,7 +291,7 @@ def test_a_manifest_recorded_from_another_transfer_does_not_verify(lynx_side):
     side.release(ROOM)
     reserve(side)  # the same room id, a new transfer with a new nonce
     deliver(side, [manifest.seal(old_key)])
-    assert side.rooms.state(ROOM) is RoomState.RESERVED and side.dropped == 1 and host.failures == []
+    assert side.room_state(ROOM) is RoomState.RESERVED and side.dropped == 1 and host.failures == []
 
 
 def test_a_signed_manifest_with_wrongly_typed_fields_fails_the_room_at_once(lynx_side):
@@ -230,12 +330,13 @@ def test_a_lost_prefill_fails_its_rooms_but_not_completed_ones(lynx_side):
     side.apply_residual(ROOM)
     side.fail_peer("prefill-a", "lost connection")
     assert host.failures == [(7, "lost connection")]
-    assert side.rooms.state(ROOM) is RoomState.COMPLETE
+    assert side.room_state(ROOM) is RoomState.COMPLETE
 
 
-def test_a_crashing_data_thread_fails_the_live_rooms_and_is_restarted(lynx_side, monkeypatch):
+def test_a_data_thread_crash_outside_any_room_fails_every_live_room_and_the_thread_restarts(lynx_side, monkeypatch):
     side, host, _ = lynx_side
     reserve(side)
+    reserve(side, room=7, slots=range(0, 20))
     calls = []
     recv = side.listener.recv
 
@@ -248,8 +349,29 @@ def test_a_crashing_data_thread_fails_the_live_rooms_and_is_restarted(lynx_side,
     monkeypatch.setattr(side.listener, "recv", broken_recv)
     side.start()
     assert wait_for(lambda: len(calls) > 2), "the data thread was not restarted"
-    assert host.failures and "Lynx data thread failed (RuntimeError: boom)" in host.failures[0][1]
+    assert sorted(room for room, _ in host.failures) == [7, ROOM]
+    assert all("Lynx data thread failed (RuntimeError: boom)" in reason for _, reason in host.failures)
     assert side.supervisor.broken is None
+
+
+def test_a_data_thread_crash_on_a_rooms_message_fails_only_that_room(lynx_side, monkeypatch):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    other_key = reserve(side, room=7, slots=range(0, 20))
+    manifest, frames = messages(side, key)
+    other_manifest, _ = messages(side, other_key, room=7)
+    deliver(side, [manifest.seal(key), other_manifest.seal(other_key)] + frames[255])
+    script = iter(frames[0])  # the anchor: its last chunk makes the data thread write it
+    monkeypatch.setattr(side.listener, "recv", lambda timeout_s: next(script, None) or threading.Event().wait(0.01))
+
+    def broken_write(*args):
+        raise RuntimeError("write bug")
+
+    monkeypatch.setattr(type(side.wire), "write", lambda wire, *args: broken_write(*args))
+    side.start()
+    assert wait_for(lambda: host.failures), "the crash was not reported"
+    assert host.failures == [(ROOM, "Lynx data thread failed (RuntimeError: write bug); the room's frames may be lost")]
+    assert side.room_state(7) is RoomState.RECEIVING and side.supervisor.restarts == 1
 
 
 def test_a_peer_without_the_secret_cannot_get_a_byte_to_the_data_thread(lynx_side):

@@ -43,6 +43,7 @@ def test_a_token_count_other_than_the_reservation_is_a_problem():
 def test_an_aborted_room_is_neither_planned_nor_encoded():
     rooms = rooms_of()
     rooms.add_metadata(metadata())
+    assert rooms.claim(9)
     rooms.abort(9)
     assert rooms.add_chunk(9, np.arange(5), 2, 10, is_last=True) is None
     assert rooms.start_encoding(9, failed=lambda room: False) == [] and not rooms.busy(9)
@@ -51,7 +52,20 @@ def test_an_aborted_room_is_neither_planned_nor_encoded():
 def test_an_abort_during_encoding_is_reported_when_it_ends():
     rooms = rooms_of()
     rooms.add_metadata(metadata())
+    assert rooms.claim(9)
     assert rooms.start_encoding(9, failed=lambda room: False) and rooms.busy(9)
     rooms.abort(9)
     assert rooms.busy(9) and rooms.end_encoding(9) and not rooms.busy(9)
     assert rooms.not_aborted([9, 10]) == {10}
+
+
+def test_abort_notices_for_rooms_never_claimed_here_leave_nothing_behind():
+    rooms = rooms_of()
+    for room in range(1000, 2000):
+        rooms.abort(room)
+    assert rooms.state_counts()["aborted"] == 0
+    assert rooms.claim(9)
+    rooms.abort(9)
+    assert rooms.state_counts()["aborted"] == 1
+    rooms.release(9)
+    assert rooms.state_counts() == {"encoding": 0, "claimed": 0, "aborted": 0, "metadata": 0}

@@ -14,7 +14,7 @@ from pd_fakes import AUX_LENS, SECRET, FakePool, PrefillHost, config, wait_for
 from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata
 from lynx_patches.pd.prefill_encoder import Job
 from lynx_patches.pd.prefill_rooms import STALE_METADATA_S
-from lynx_patches.pd.prefill_side import PrefillSide
+from lynx_patches.pd.prefill_side import PURGE_EVERY_S, PrefillSide
 
 SESSION = "127.0.0.1:5000"
 NONCE = bytes(range(16))
@@ -105,29 +105,87 @@ def test_a_token_count_other_than_the_decode_reservation_fails_the_room(side):
     assert "reserved 21 tokens, this prefill has 20" in reason and side.transport.sent == []
 
 
-def test_an_abort_while_encoding_holds_the_pages_and_nothing_is_sent(side, monkeypatch):
+class SlowEncode:
+    """Holds the wire's encoder up inside its read of the pool until `finish` is set."""
+
+    def __init__(self, side, monkeypatch):
+        self.reading, self.finish = threading.Event(), threading.Event()
+        encode = side.wire.encode
+
+        def slow_encode(*args):
+            self.reading.set()
+            self.finish.wait(10)
+            return encode(*args)
+
+        monkeypatch.setattr(type(side.wire), "encode", lambda wire, *args: slow_encode(*args))
+
+
+def start_encoding_segment_0(side, monkeypatch):
+    """Room 9 ready and claimed, its first segment held up in the encoder (a thread); returns both."""
     side.on_registration(registration(), AUX_LENS)
     side.on_metadata(metadata())
-    side.claim(9)
-    reading, finish = threading.Event(), threading.Event()
-    encode = side.wire.encode
-
-    def slow_encode(*args):
-        reading.set()
-        finish.wait(10)
-        return encode(*args)
-
-    monkeypatch.setattr(type(side.wire), "encode", lambda self, *args: slow_encode(*args))
-    job = Job(9, 0, 0, np.arange(10, 30), 20)
-    encoder = threading.Thread(target=side.encoder.send, args=(job,))
+    slow = SlowEncode(side, monkeypatch)
+    encoder = threading.Thread(target=side.encoder.send, args=(Job(9, 0, 0, np.arange(10, 30), 20),))
     encoder.start()
-    assert reading.wait(10)
+    assert slow.reading.wait(10)
+    return slow, encoder
+
+
+def test_an_abort_while_encoding_holds_the_pages_and_nothing_is_sent(side, monkeypatch):
+    side.claim(9)
+    slow, encoder = start_encoding_segment_0(side, monkeypatch)
     side.abort(9)
     assert side.busy(9), "the pages must not be freed while the encoder reads them"
-    finish.set()
+    slow.finish.set()
     encoder.join(10)
     assert not side.busy(9)
+    stats = side.sender.stats()  # the sender is not started: whatever was submitted would still be queued
+    assert stats.queued_bytes == 0 and stats.chunks_sent == 0
     assert side.transport.sent == [] and side.host.succeeded == []
+
+
+class SenderManager:
+    """What SGLang's `CommonKVSender` reads of its manager, around a real `PrefillSide`."""
+
+    sender_trace_module = None
+    deferred_bootstrap = None
+    is_dummy_cp_rank = False
+    defer_decode_allocation = False
+    reports_transfer_latency = False
+    bootstrap_timeout = 300.0
+    broken = None
+
+    def __init__(self, side):
+        self.side = side
+        self.request_status, self.failure_records, self._staging_outstanding = {}, {}, {}
+
+    def update_status(self, room, status):
+        self.request_status[room] = status
+
+    def check_status(self, room):
+        return self.request_status[room]
+
+    def record_failure(self, room, reason):
+        self.failure_records[room] = reason
+
+
+def test_sglangs_sender_polls_transferring_while_the_encoder_reads_the_pages_of_its_aborted_room(side, monkeypatch):
+    from sglang.srt.disaggregation.base.conn import KVPoll
+    from sglang.srt.runtime_context import get_parallel
+
+    from lynx_patches.pd.conn import LynxKVSender
+
+    manager = SenderManager(side)
+    with get_parallel().override(num_dp_ranks=1):
+        sender = LynxKVSender(manager, "bootstrap:8998", 9)
+    manager.update_status(9, KVPoll.Transferring)
+    slow, encoder = start_encoding_segment_0(side, monkeypatch)
+    sender.abort()
+    assert manager.request_status[9] == KVPoll.Failed
+    assert sender.poll() == KVPoll.Transferring and sender.poll() == KVPoll.Transferring
+    slow.finish.set()
+    encoder.join(10)
+    assert sender.poll() == KVPoll.Failed
 
 
 def test_metadata_of_rooms_no_request_claimed_is_purged_after_a_while(side):
@@ -137,7 +195,17 @@ def test_metadata_of_rooms_no_request_claimed_is_purged_after_a_while(side):
     side.claim(2)
     side.clock.now += STALE_METADATA_S + 1
     side.purge()
-    assert side.rooms.targets(1) == () and side.rooms.targets(2) != ()
+    assert side.rooms_by_state()["metadata"] == 1
+    side.release(2)
+    assert side.rooms_by_state()["metadata"] == 0
+
+
+def test_the_alive_thread_purges_unclaimed_metadata_once_it_is_stale(side):
+    side.on_registration(registration(), AUX_LENS)
+    side.on_metadata(metadata(room=1))
+    side.start()
+    side.clock.now += STALE_METADATA_S + PURGE_EVERY_S + 1
+    assert wait_for(lambda: side.rooms_by_state()["metadata"] == 0, timeout_s=10)
 
 
 def test_a_second_live_sender_for_a_room_is_refused(side):

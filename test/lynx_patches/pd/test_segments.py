@@ -98,12 +98,12 @@ def test_each_segment_is_written_as_soon_as_its_anchor_lands_and_decoding_waits_
     after = pair.target.snapshot(DST)
     changed = [int((a != b).any(dim=(1, 2)).nonzero().max()) + 1 for a, b in zip(after, before)]
     assert max(changed) == 68, "only segment 0's slots may hold KV yet"
-    assert pair.decode_host.succeeded == [] and pair.decode.rooms.state(ROOM) is RoomState.RECEIVING
+    assert pair.decode_host.succeeded == [] and pair.decode.room_state(ROOM) is RoomState.RECEIVING
     pair.chunk(100, TOKENS, last=True)
     pair.deliver()
     assert pair.decode_host.succeeded == [ROOM] and pair.prefill_host.succeeded == [ROOM]
     assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(1)))
-    assert pair.decode.rooms.state(ROOM) is RoomState.LANDED
+    assert pair.decode.room_state(ROOM) is RoomState.LANDED
     assert pair.decode.apply_residual(ROOM)
     assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(2)))
 
@@ -115,10 +115,13 @@ def test_residual_segments_are_applied_one_by_one_as_they_land(pair):
     for parts in sent:
         if parts not in held:
             pair.decode._on_message(parts)
-    assert pair.decode.rooms.state(ROOM) is RoomState.ANCHORED
+    assert pair.decode.room_state(ROOM) is RoomState.ANCHORED
     assert not pair.decode.apply_residual(ROOM)
-    applied = pair.decode.rooms.get(ROOM).assembly.residuals_applied
-    assert applied == {1}
+    first, count = pair.config.wire.segments(TOKENS, 64)[1]
+    upgraded = torch.zeros(TOKENS, dtype=torch.bool)
+    upgraded[first : first + count] = True
+    for now, anchor, full in zip(pair.target.snapshot(DST), whole_transfer(1), whole_transfer(2)):
+        assert torch.equal(now[upgraded], full[upgraded]) and torch.equal(now[~upgraded], anchor[~upgraded])
     for parts in held:
         pair.decode._on_message(parts)
     assert pair.decode.apply_residual(ROOM)

@@ -99,7 +99,8 @@ def world(monkeypatch):
     """A controller on a real decode side; `released` records KV releases, `freed` tail frees,
     `checkpointed` radix-cache checkpoints."""
     clock = SimpleNamespace(now=0.0)
-    side = DecodeSide(config(max_speculative_tokens=3, transfer_timeout=10.0), SECRET, DecodeHost(), "127.0.0.1", clock=lambda: clock.now)
+    host = DecodeHost()
+    side = DecodeSide(config(max_speculative_tokens=3, transfer_timeout=10.0), SECRET, host, "127.0.0.1", clock=lambda: clock.now)
     side.attach(FakePool(seed=1).view)
     scheduler = Scheduler()
     released, freed, passes, predictions, checkpointed = [], [], [], {}, []
@@ -126,7 +127,7 @@ def world(monkeypatch):
     monkeypatch.setattr(controller_module, "verify_logits", verify_logits)
     monkeypatch.setattr(controller_module, "predict", predict)
     world = SimpleNamespace(
-        side=side, scheduler=scheduler, controller=SpecController(scheduler, side), clock=clock,
+        side=side, host=host, scheduler=scheduler, controller=SpecController(scheduler, side), clock=clock,
         released=released, freed=freed, passes=passes, predictions=predictions, checkpointed=checkpointed,
     )  # fmt: skip
     yield world
@@ -142,9 +143,9 @@ def admit(world, rid, room, first_token=7, **req_args):
     manifest, frames = transfer_messages(side.config, FakePool(seed=0), range(PROMPT), room, key, bytes(24))
     for parts in [manifest.seal(key), *frames[255], *frames[0]]:
         side._on_message(parts)
-    side.rooms.hand_over(room)
+    side.hand_over(room)
     req = Req(rid, room, [first_token], **req_args)
-    world.controller.adopt(req, residual_pending=True, timings=side.rooms.timings(room))
+    world.controller.adopt(req, residual_pending=True, timings=side.timings(room))
     world.controller.after_schedule(Batch([]))  # the iteration that streams its first token
     return req, frames
 
@@ -162,9 +163,9 @@ def test_a_residual_that_landed_with_the_anchor_is_applied_after_the_first_token
     manifest, frames = transfer_messages(side.config, FakePool(seed=0), range(PROMPT), 9, key, bytes(24))
     for parts in [manifest.seal(key), *frames[255], *frames[0], *frames[1]]:
         side._on_message(parts)
-    side.rooms.hand_over(9)
+    side.hand_over(9)
     req = Req("f", 9, [7])
-    world.controller.adopt(req, residual_pending=True, timings=side.rooms.timings(9))
+    world.controller.adopt(req, residual_pending=True, timings=side.timings(9))
     batch = Batch([])
     world.controller.before_schedule(batch)  # the first token is streamed after this: no upgrade yet
     assert state_of(req).anchor and "upgrade_s" not in state_of(req).profile
@@ -225,7 +226,7 @@ def test_a_request_verified_up_to_its_length_limit_finishes_into_the_cache(world
     land_residual(world, frames)
     world.controller.before_schedule(Batch([]))
     assert req.finished() and world.released == [("a", True)] and world.scheduler.streamed == [req]
-    assert world.side.rooms.get(1) is None
+    assert world.side.room_state(1) is None
 
 
 def test_an_eos_among_the_accepted_drafts_finishes_the_request_there(world):
@@ -292,7 +293,7 @@ def test_a_failed_residual_drops_the_drafts_answers_with_the_reason_and_frees_ev
     assert req.output_ids == [7] and batch.reqs == []
     assert "residual KV failed: prefill out of memory" in req.finished_reason.message
     assert world.released == [("a", False)] and world.scheduler.streamed == [req]
-    assert world.side.rooms.get(1) is None and "a" not in world.controller.reqs
+    assert world.side.room_state(1) is None and "a" not in world.controller.reqs
 
 
 def test_a_residual_that_stops_moving_fails_the_request_after_the_timeout(world):
@@ -368,3 +369,29 @@ def test_a_grammar_that_cannot_roll_back_keeps_its_request_from_speculating(worl
     world.scheduler.waiting_queue.append(req)
     world.controller.before_schedule(Batch([]))
     assert state_of(req).parked and world.scheduler.streamed == [req]
+
+
+def test_a_request_already_finished_when_its_transfer_commits_leaves_no_room_behind(world):
+    from lynx_patches.pd.conn import LynxKVReceiver
+
+    class Receiver(LynxKVReceiver):
+        def __init__(self, side):
+            self.lynx_side = side
+
+    side = world.side
+    assert side.claim(5)
+    nonce = side.reserve(5, np.arange(PROMPT), 0, 0.0, "prefill", ("tcp://prefill:1",))
+    key = transfer_key(SECRET, nonce)
+    manifest, frames = transfer_messages(side.config, FakePool(seed=0), range(PROMPT), 5, key, bytes(24))
+    for parts in [manifest.seal(key), *frames[255], *frames[0]]:
+        side._on_message(parts)
+    setattr(world.scheduler, hooks.CONTROLLER_ATTR, world.controller)
+    req = Req("gone", 5, [7], finished_reason="abort")
+    committed = []
+    queue = SimpleNamespace(scheduler=world.scheduler)
+    decode_req = SimpleNamespace(req=req, kv_receiver=Receiver(side))
+    hooks.commit_transfer(lambda q, d: committed.append(d.req), queue, decode_req)
+    side.release(5)  # SGLang's receiver is cleared next
+    assert committed == [req] and "gone" not in world.controller.reqs
+    assert side.room_state(5) is None and side.live_count() == 0
+    assert world.host.cancelled == [5], "the prefill is asked to stop sending the residual"
