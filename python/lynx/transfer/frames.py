@@ -20,7 +20,7 @@ from lynx.transfer.keys import root_key
 FRAME_VERSION = 2
 MAGIC = b"LYNX"
 AUX_STREAM = 255
-MAX_STAGES = 16
+MAX_STAGE_STREAMS = 16
 MAC_BYTES = 16
 HEADER_STRUCT = struct.Struct("!4sBQBIIQIHHH")
 HEADER_BYTES = HEADER_STRUCT.size + MAC_BYTES
@@ -57,8 +57,10 @@ class DuplicateFrame(FrameError):
 
 def check_stream(stream: int) -> None:
     """Raise ValueError unless ``stream`` is a codec stage (0..15) or ``AUX_STREAM``."""
-    if not _is_int(stream) or not (0 <= stream < MAX_STAGES or stream == AUX_STREAM):
-        raise ValueError(f"stream must be a stage in 0..{MAX_STAGES - 1} or AUX_STREAM={AUX_STREAM}, got {stream!r}")
+    if not _is_int(stream) or not (0 <= stream < MAX_STAGE_STREAMS or stream == AUX_STREAM):
+        raise ValueError(
+            f"stream must be a stage in 0..{MAX_STAGE_STREAMS - 1} or AUX_STREAM={AUX_STREAM}, got {stream!r}"
+        )
 
 
 def priority_of(stream: int) -> int:
