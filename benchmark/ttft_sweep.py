@@ -38,14 +38,13 @@ import sys
 from pathlib import Path
 
 from lynx.kvwire import KVShape, WireFormat
-from lynx.models import prepare_smollm2
+from lynx.models import SMOLLM2, prepare_smollm2
 from lynx_testing.deploy import PDDeployment
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.netns import INSIDE_ENV, isolated
 from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import stream_generate
 
-SMOLLM2 = dict(num_layers=30, kv_heads=3, head_dim=64)
 JSON_SCHEMA = {
     "type": "object",
     "properties": {"points": {"type": "array", "items": {"type": "string", "minLength": 24}, "minItems": 20}},
@@ -200,7 +199,7 @@ def summarize(mode: str, rate: float, tokens: int, kind: str, prefill_s: float, 
         return statistics.median(values) if values else None
 
     prompt_tokens = runs[0]["prompt_tokens"]
-    shape = KVShape(SMOLLM2["num_layers"], prompt_tokens, SMOLLM2["kv_heads"], SMOLLM2["head_dim"], _bf16())
+    shape = KVShape(SMOLLM2.num_layers, prompt_tokens, SMOLLM2.kv_heads, SMOLLM2.head_dim, _bf16())
     stream_bytes = WireFormat.for_mode(mode, "int8").stream_sizes(shape)
     return {
         "mode": mode,
@@ -242,7 +241,7 @@ def add_ratios(rows: list[dict]) -> None:
         if row["link_gbps"] is None:
             row["bf16_transfer_to_prefill"] = None
             continue
-        bf16_bytes = 2 * 2 * row["prompt_tokens"] * SMOLLM2["num_layers"] * SMOLLM2["kv_heads"] * SMOLLM2["head_dim"]
+        bf16_bytes = 2 * 2 * row["prompt_tokens"] * SMOLLM2.num_layers * SMOLLM2.kv_heads * SMOLLM2.head_dim
         transfer_s = bf16_bytes * 8 / (row["link_gbps"] * 1e9)
         row["bf16_transfer_to_prefill"] = transfer_s / row["prefill_s"] if row["prefill_s"] else None
 

@@ -32,7 +32,6 @@ from sglang.srt.platforms.cpu import CpuDeviceMixin
 from sglang.srt.platforms.device_mixin import PlatformEnum
 from sglang.srt.platforms.interface import PlatformCapabilities, SRTPlatform
 
-PLATFORM_NAME = "lynx_cpu"
 PLATFORM_CLASS = "lynx_patches.platform:LynxCpuPlatform"
 THREADS_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 # SGLang modules whose weight loaders shard with zero padding only where `is_cpu()` holds.

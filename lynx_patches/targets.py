@@ -1,4 +1,4 @@
-"""Every SGLang 0.5.23 attribute Lynx hooks, in one place (see docs/ARCHITECTURE.md)."""
+"""Every SGLang 0.5.23 name Lynx hooks or relies on, in one place (see docs/ARCHITECTURE.md)."""
 
 SERVER_ARGS_ADD_CLI_ARGS = "sglang.srt.server_args.ServerArgs.add_cli_args"
 SERVER_ARGS_FROM_CLI_ARGS = "sglang.srt.server_args.ServerArgs.from_cli_args"
@@ -36,59 +36,217 @@ REQ_UPDATE_FINISH_STATE = "sglang.srt.managers.schedule_batch.Req.update_finish_
 SAMPLER_FORWARD = "sglang.srt.layers.sampler.Sampler.forward"
 MOONCAKE_SENDER_INIT = "sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender.__init__"
 
-# SGLang names Lynx calls, reads or overrides without hooking them. The start-up
-# self-check resolves each one, so an SGLang that renamed one refuses `--lynx`
-# at start-up instead of failing requests later.
+# The logprob lists of a request (`Req().logprob`) that a rollback truncates.
+LOGPROB_LISTS = (
+    "output_token_logprobs_val",
+    "output_token_logprobs_idx",
+    "output_top_logprobs_val",
+    "output_top_logprobs_idx",
+    "output_token_ids_logprobs_val",
+    "output_token_ids_logprobs_idx",
+)
+
+# SGLang names Lynx calls, reads, sets or overrides without hooking them, in
+# the forms `lynx_patches.selfcheck.resolves` reads: ``Owner.name``,
+# ``Owner.method(param, ...)`` and ``Class().attribute`` (an attribute SGLang
+# gives its instances). The start-up self-check resolves each one, so an
+# SGLang that renamed one refuses `--lynx` at start-up instead of failing
+# requests later (or, for an attribute Lynx sets, silently doing nothing).
 _COMMON = "sglang.srt.disaggregation.common.conn"
+_DECODE = "sglang.srt.disaggregation.decode"
+_PREFILL = "sglang.srt.disaggregation.prefill"
+_BATCH = "sglang.srt.managers.schedule_batch"
+_SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+_COMPONENTS = "sglang.srt.managers.scheduler_components"
+_POOL = "sglang.srt.mem_cache.memory_pool"
+_ALLOCATOR = "sglang.srt.mem_cache.allocator.base.BaseTokenToKVPoolAllocator"
+_GRAMMAR = "sglang.srt.constrained.base_grammar_backend.BaseGrammarObject"
+_LOGITS = "sglang.srt.layers.logits_processor"
+_FORWARD = "sglang.srt.model_executor.forward_batch_info"
+_SAMPLING_INFO = "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo"
+_PARAMS = "sglang.srt.sampling.sampling_params.SamplingParams"
+_PENALTIES = "sglang.srt.sampling.penaltylib"
+
+
+def _members(owner: str, names: str) -> tuple[str, ...]:
+    """``owner.name`` for each of the space-separated `names`."""
+    return tuple(f"{owner}.{name}" for name in names.split())
+
+
+def _instance(cls: str, names: str) -> tuple[str, ...]:
+    """``cls().name`` (an attribute SGLang gives instances of `cls`) for each of the space-separated `names`."""
+    return tuple(f"{cls}().{name}" for name in names.split())
+
+
 USED = (
-    f"{_COMMON}.CommonKVManager._encode_kv_status_message",
-    f"{_COMMON}.CommonKVManager.parse_kv_status_message",
-    f"{_COMMON}.CommonKVManager.send_kv_status_message",
-    f"{_COMMON}.CommonKVManager.handle_abort_ack_message",
-    f"{_COMMON}.CommonKVManager._handle_node_failure",
-    f"{_COMMON}.CommonKVManager._handle_bootstrap_message",
-    f"{_COMMON}.CommonKVManager._start_heartbeat_checker_thread",
-    f"{_COMMON}.CommonKVManager._send_multipart_locked",
-    f"{_COMMON}.CommonKVManager.build_receiver_registration_message",
-    f"{_COMMON}.CommonKVManager.build_receiver_metadata_message",
-    f"{_COMMON}.CommonKVManager.record_failure",
-    f"{_COMMON}.CommonKVManager.update_status",
-    f"{_COMMON}.CommonKVManager.check_status",
-    f"{_COMMON}.CommonKVReceiver.ensure_abort_notified",
-    f"{_COMMON}.CommonKVReceiver.failure_exception",
-    f"{_COMMON}.CommonKVSender.failure_exception",
-    f"{_COMMON}.AbortNotification.to_zmq",
-    f"{_COMMON}.AbortNotification.from_zmq",
-    f"{_COMMON}.ABORT_TAG",
-    f"{_COMMON}.KVTransferError",
+    # The PD manager, sender and receiver Lynx subclasses (lynx_patches.pd).
+    f"{_COMMON}.CommonKVManager.__init__(args, disaggregation_mode, server_args, is_mla_backend)",
+    f"{_COMMON}.CommonKVManager._encode_kv_status_message(bootstrap_room, status, failure_reason)",
+    f"{_COMMON}.CommonKVManager.send_kv_status_message(targets, bootstrap_room, status, failure_reason)",
+    f"{_COMMON}.CommonKVManager._handle_node_failure(failed_bootstrap_addr)",
+    (
+        f"{_COMMON}.CommonKVManager.build_receiver_metadata_message(bootstrap_room, required_dst_info_num, "
+        "kv_indices, aux_index, state_indices, decode_prefix_len, is_dummy)"
+    ),
+    *_members(
+        f"{_COMMON}.CommonKVManager",
+        "kv_status_msg_tag kv_status_msg_carries_reason parse_kv_status_message handle_abort_ack_message "
+        "_handle_bootstrap_message _start_heartbeat_checker_thread _send_multipart_locked "
+        "build_receiver_registration_message record_failure update_status check_status",
+    ),
+    *_instance(
+        f"{_COMMON}.CommonKVManager",
+        "kv_args local_ip rank_port attn_tp_size server_socket request_status req_to_decode_prefix_len "
+        "deferred_bootstrap",
+    ),
+    # `CommonKVSender.send` calls the manager's `add_transfer_request`, which the
+    # common manager leaves to each backend: Mooncake's states the contract.
+    (
+        "sglang.srt.disaggregation.mooncake.conn.MooncakeKVManager.add_transfer_request(bootstrap_room, "
+        "kv_indices, index_slice, is_last_chunk, aux_index, state_indices, num_kv_tokens)"
+    ),
+    f"{_COMMON}.CommonKVSender.__init__(mgr, bootstrap_addr, bootstrap_room)",
+    *_members(f"{_COMMON}.CommonKVSender", "send poll abort clear failure_exception"),
+    *_instance(f"{_COMMON}.CommonKVSender", "kv_mgr bootstrap_room conclude_state"),
+    f"{_COMMON}.CommonKVReceiver.__init__(mgr, bootstrap_addr, bootstrap_room)",
+    f"{_COMMON}.CommonKVReceiver.send_metadata(kv_indices, aux_index, state_indices, decode_prefix_len)",
+    *_members(f"{_COMMON}.CommonKVReceiver", "poll clear ensure_abort_notified failure_exception _owns_bootstrap_room"),
+    *_instance(f"{_COMMON}.CommonKVReceiver", "kv_mgr bootstrap_room bootstrap_addr bootstrap_infos conclude_state"),
+    *_members(f"{_COMMON}.AbortNotification", "to_zmq from_zmq"),
+    *_instance(f"{_COMMON}.AbortNotification", "room decode_ip decode_port"),
+    *_members(_COMMON, "CommonKVBootstrapServer ABORT_TAG KVTransferError"),
     "sglang.srt.disaggregation.base.conn.KVPoll",
+    "sglang.srt.disaggregation.base.KVArgs",
+    *_instance("sglang.srt.disaggregation.base.conn.KVArgs", "page_size engine_rank aux_data_ptrs aux_item_lens"),
     "sglang.srt.disaggregation.utils.TransferBackend",
+    "sglang.srt.disaggregation.utils.DisaggregationMode.DECODE",
+    *_members("sglang.srt.disaggregation.utils.KVClassType", "KVARGS MANAGER SENDER RECEIVER BOOTSTRAP_SERVER"),
+    "sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender().supports_host_tensor_indices",
+    *_instance(f"{_PREFILL}.PrefillBootstrapQueue", "token_to_kv_pool scheduler"),
+    *_instance(f"{_DECODE}.DecodePreallocQueue", "token_to_kv_pool scheduler"),
+    f"{_DECODE}.DecodeTransferQueue().scheduler",
+    *_instance(f"{_DECODE}.DecodeRequest", "req kv_receiver"),
     "sglang.srt.server_args.add_disagg_transfer_backend_choices",
     "sglang.srt.utils.network.NetworkAddress.to_tcp",
-    "sglang.srt.managers.schedule_batch.ScheduleBatch.init_new",
-    "sglang.srt.managers.schedule_batch.ScheduleBatch.filter_batch",
-    "sglang.srt.managers.schedule_batch.FINISH_ABORT",
-    "sglang.srt.model_executor.forward_batch_info.ForwardBatch.init_new",
-    "sglang.srt.model_executor.forward_batch_info.CaptureHiddenMode",
-    "sglang.srt.model_executor.forward_batch_info.ForwardMode",
-    "sglang.srt.layers.logits_processor.LogitsMetadata.from_forward_batch",
-    "sglang.srt.layers.logits_processor.LogitsProcessor._get_logits",
-    "sglang.srt.layers.logits_processor.LogitsProcessorOutput",
-    "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.from_schedule_batch",
-    "sglang.srt.sampling.sampling_batch_info.SamplingBatchInfo.apply_logits_bias",
-    "sglang.srt.sampling.penaltylib.BatchedPenalizerOrchestrator.cumulate_output_tokens",
-    "sglang.srt.sampling.penaltylib.BatchedPenalizerOrchestrator.merge",
-    "sglang.srt.sampling.penaltylib.BatchedFrequencyPenalizer",
-    "sglang.srt.sampling.penaltylib.BatchedMinNewTokensPenalizer",
-    "sglang.srt.sampling.penaltylib.BatchedPresencePenalizer",
-    "sglang.srt.sampling.penaltylib.BatchedRepetitionPenalizer",
-    "sglang.srt.constrained.base_grammar_backend.BaseGrammarObject.rollback",
+    # The scheduler and its components, requests, batches and pools.
+    f"{SCHEDULER_INIT}(server_args)",
+    *_instance(
+        _SCHEDULER,
+        "server_args model_config tp_worker req_to_token_pool token_to_kv_pool_allocator tree_cache "
+        "spec_algorithm page_size max_total_num_tokens waiting_queue output_streamer metrics_reporter idle_sleeper",
+    ),
+    "sglang.srt.configs.model_config.ModelConfig().vocab_size",
+    f"{_COMPONENTS}.metrics_reporter.SchedulerMetricsReporter().enable_metrics",
+    f"{_COMPONENTS}.output_streamer.SchedulerOutputStreamer.stream_output(reqs, return_logprob)",
+    f"{STREAM_ACCEPT}(req)",
+    f"{_COMPONENTS}.internal_state.SchedulerInternalStateController().scheduler",
+    "sglang.srt.managers.io_struct.GetInternalStateReqOutput().internal_state",
+    *_instance(
+        f"{_COMPONENTS}.batch_result_processor.SchedulerBatchResultProcessor",
+        "token_to_kv_pool_allocator req_to_token_pool",
+    ),
+    f"{_COMPONENTS}.idle_sleeper.IdleSleeper().poller",
+    f"{_COMPONENTS}.idle_sleeper.RustServerIdleSleeper",
+    "zmq.Poller().sockets",
+    *_instance(
+        f"{_BATCH}.Req",
+        "rid origin_input_ids output_ids sampling_params bootstrap_room kv logprob return_logprob grammar "
+        "to_finish finished_reason finished send_token_offset skip_radix_cache_insert customized_info "
+        "inflight_middle_chunks custom_logit_processor return_hidden_states return_sampling_mask "
+        "require_reasoning lora_id beam_group",
+    ),
+    *_instance(f"{_BATCH}.ReqKvInfo", "req_pool_idx kv_allocated_len kv_committed_len"),
+    *_instance(f"{_BATCH}.ReqLogprob", " ".join(("top_logprobs_num token_ids_logprob", *LOGPROB_LISTS))),
+    (
+        f"{_BATCH}.ScheduleBatch.init_new(reqs, req_to_token_pool, token_to_kv_pool_allocator, tree_cache, "
+        "model_config, enable_overlap, spec_algorithm)"
+    ),
+    f"{_BATCH}.ScheduleBatch.filter_batch(keep_indices)",
+    *_instance(
+        f"{_BATCH}.ScheduleBatch",
+        "reqs sampling_info forward_mode return_logprob input_ids req_pool_indices req_pool_indices_cpu "
+        "seq_lens seq_lens_cpu orig_seq_lens seq_lens_sum out_cache_loc prefix_lens extend_lens "
+        "extend_num_tokens extend_logprob_start_lens multimodal_inputs",
+    ),
+    *_instance(f"{_BATCH}.NextBatchPlan", "batch_to_run running_batch"),
+    f"{_BATCH}.FINISH_ABORT",
+    *_instance(_PARAMS, "max_new_tokens temperature top_k top_p min_p sampling_seed n"),
+    *_instance("sglang.srt.managers.io_struct.TokenizedGenerateReqInput", "sampling_params bootstrap_room"),
+    "sglang.srt.managers.tokenizer_manager.TokenizerManager().server_args",
+    *_instance(f"{_POOL}.ReqToTokenPool", "req_to_token device available_size"),
+    *_members(_ALLOCATOR, "free available_size get_kvcache"),
+    *_members(_POOL, "KVWriteLoc MHATokenToKVPool"),
+    f"{_POOL}.MHATokenToKVPool.set_kv_buffer(layer, loc_info, cache_k, cache_v)",
+    f"{_POOL}.MHATokenToKVPool.get_key_buffer(layer_id)",
+    f"{_POOL}.MHATokenToKVPool.get_value_buffer(layer_id)",
+    *_instance(f"{_POOL}.MHATokenToKVPool", "k_buffer v_buffer page_size dtype store_dtype"),
+    "sglang.srt.mem_cache.common.release_kv_cache(req, tree_cache, checkpoint)",
+    "sglang.srt.mem_cache.common.checkpoint_kv_cache(req, tree_cache)",
+    # The verify pass: a forward, its logits, SGLang's sampling state and sampler.
+    "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation(batch, forward_batch, is_verify)",
+    "sglang.srt.managers.tp_worker.TpModelWorker().model_runner",
+    "sglang.srt.managers.utils.GenerationBatchResult().logits_output",
+    *_instance("sglang.srt.model_executor.model_runner.ModelRunner", "sampler model"),
+    f"{_FORWARD}.ForwardBatch.init_new(batch, model_runner, capture_hidden_mode, return_hidden_states_before_norm)",
+    *_instance(f"{_FORWARD}.ForwardBatch", "out_cache_loc req_pool_indices seq_lens extend_seq_lens encoder_lens"),
+    f"{_FORWARD}.CaptureHiddenMode.FULL",
+    f"{_FORWARD}.ForwardMode.EXTEND",
+    f"{_LOGITS}.LogitsMetadata.from_forward_batch",
+    f"{_LOGITS}.LogitsProcessor._get_logits(hidden_states, lm_head, logits_metadata, use_logits_buffer)",
+    *_instance(
+        f"{_LOGITS}.LogitsProcessorOutput",
+        "next_token_logits next_token_logprobs next_token_top_logprobs_val next_token_top_logprobs_idx "
+        "next_token_token_ids_logprobs_val next_token_token_ids_logprobs_idx hidden_states",
+    ),
+    (
+        f"{SAMPLER_FORWARD}(logits_output, sampling_info, return_logprob, top_logprobs_nums, "
+        "token_ids_logprobs, positions)"
+    ),
+    f"{_SAMPLING_INFO}.from_schedule_batch(batch, vocab_size)",
+    f"{_SAMPLING_INFO}.apply_logits_bias(logits)",
+    *_instance(_SAMPLING_INFO, "penalizer_orchestrator grammar_mask"),
+    f"{_PENALTIES}.BatchedPenalizerOrchestrator.__init__(vocab_size, batch, penalizers)",
+    *_members(f"{_PENALTIES}.BatchedPenalizerOrchestrator", "cumulate_output_tokens merge"),
+    *_instance(f"{_PENALTIES}.BatchedPenalizerOrchestrator", "is_required batch"),
+    *_members(
+        _PENALTIES,
+        "BatchedFrequencyPenalizer BatchedMinNewTokensPenalizer BatchedPresencePenalizer BatchedRepetitionPenalizer",
+    ),
+    f"{_GRAMMAR}.allocate_vocab_mask(vocab_size, batch_size, device)",
+    f"{_GRAMMAR}.fill_vocab_mask(vocab_mask, idx)",
+    f"{_GRAMMAR}.move_vocab_mask(vocab_mask, device)",
+    f"{_GRAMMAR}.accept_token(token)",
+    f"{_GRAMMAR}.rollback(k)",
+    f"{_GRAMMAR}.is_terminated",
+    f"{_GRAMMAR}().finished",
     "sglang.srt.constrained.base_grammar_backend.GrammarMask",
-    "sglang.srt.mem_cache.memory_pool.KVWriteLoc",
-    "sglang.srt.managers.scheduler_components.idle_sleeper.IdleSleeper",
-    "sglang.srt.mem_cache.common.release_kv_cache",
-    "sglang.srt.mem_cache.common.checkpoint_kv_cache",
-    "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool",
+    # Attention of a verify pass (lynx_patches.speculate.attention).
+    f"{TORCH_NATIVE_EXTEND}(q, k, v, layer, forward_batch, save_kv_cache)",
+    *_instance(
+        "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend",
+        "token_to_kv_pool req_to_token_pool swa_out_cache_loc",
+    ),
+    *_instance(
+        "sglang.srt.layers.radix_attention.RadixAttention",
+        "layer_id tp_q_head_num tp_k_head_num qk_head_dim v_head_dim scaling is_cross_attention sliding_window_size",
+    ),
+    # Server arguments Lynx reads or defaults (cli, platform).
+    *_instance(
+        "sglang.srt.server_args.ServerArgs",
+        "host disaggregation_mode disaggregation_transfer_backend disaggregation_decode_retraction_backup "
+        "disable_radix_cache disable_overlap_schedule disable_cuda_graph attention_backend sampling_backend "
+        "page_size sleep_on_idle tp_size pp_size dp_size base_gpu_id gpu_id_step",
+    ),
+    # What the `lynx_cpu` platform overrides, and the module flags and helpers it relies on.
+    *_members(
+        "sglang.srt.platforms.interface.SRTPlatform",
+        "get_device is_pin_memory_available get_default_attention_backend get_dispatch_key_name "
+        "apply_server_args_defaults init_backend capabilities",
+    ),
+    "sglang.srt.layers.linear._is_cpu",
+    "sglang.srt.layers.parameter._is_cpu",
+    "sglang.srt.utils.common.get_cpu_ids_by_node",
+    "sglang.srt.platforms.current_platform",
     "sglang.srt.managers.utils.is_health_check_generate_req",
     "sglang.srt.runtime_context.get_server_args",
 )

@@ -52,11 +52,10 @@ def attend_new_rows(
 
 def forward_extend(original, backend, q, k, v, layer, forward_batch, save_kv_cache=True, *args, **kwargs):
     """AROUND `TorchNativeAttnBackend.forward_extend`: a verify pass attends from its new rows only."""
-    window = getattr(layer, "sliding_window_size", None)
     if (
         not VERIFYING.get()
         or layer.is_cross_attention
-        or (window is not None and window > -1)
+        or layer.sliding_window_size > -1
         or forward_batch.encoder_lens is not None
     ):
         return original(backend, q, k, v, layer, forward_batch, save_kv_cache, *args, **kwargs)

@@ -17,17 +17,9 @@ from lynx.speculation import Verdict, verify
 
 from lynx_patches.speculate.predict import Choice
 from lynx_patches.speculate.verify import Span, free_tail
+from lynx_patches.targets import LOGPROB_LISTS
 
 logger = logging.getLogger(__name__)
-
-LOGPROB_LISTS = (
-    "output_token_logprobs_val",
-    "output_token_logprobs_idx",
-    "output_top_logprobs_val",
-    "output_top_logprobs_idx",
-    "output_token_ids_logprobs_val",
-    "output_token_ids_logprobs_idx",
-)
 
 
 def apply(scheduler, span: Span, choices: list[Choice]) -> Verdict:

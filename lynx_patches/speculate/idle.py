@@ -33,7 +33,8 @@ class IdleWait:
     """Sleeps a decode scheduler between idle iterations.
 
     Args:
-        scheduler: SGLang's scheduler (its `is_fully_idle` and its idle sleeper's sockets).
+        scheduler: SGLang's scheduler (its `is_fully_idle` and its idle sleeper's sockets,
+            `scheduler_sockets`).
         side: the decode side (`landed`).
         parked: whether requests wait for a residual outside SGLang's queues.
     """
@@ -81,8 +82,7 @@ class IdleWait:
 
         self._poller = zmq.Poller()
         self._poller.register(self._read, zmq.POLLIN)
-        sleeper = getattr(self.scheduler, "idle_sleeper", None)
-        for socket, _ in getattr(getattr(sleeper, "poller", None), "sockets", ()):
+        for socket in scheduler_sockets(self.scheduler):
             self._poller.register(socket, zmq.POLLIN)
         return self._poller
 
@@ -92,3 +92,18 @@ class IdleWait:
                 pass
         except BlockingIOError:
             pass
+
+
+def scheduler_sockets(scheduler) -> list:
+    """The sockets SGLang's idle sleeper polls for requests and control messages.
+
+    None without a sleeper (`--sleep-on-idle` off, or a rank that does not
+    receive requests), nor with the Rust server's, which parks on its request
+    ring instead of sockets.
+    """
+    from sglang.srt.managers.scheduler_components.idle_sleeper import RustServerIdleSleeper
+
+    sleeper = scheduler.idle_sleeper
+    if sleeper is None or isinstance(sleeper, RustServerIdleSleeper):
+        return []
+    return [socket for socket, _ in sleeper.poller.sockets]

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import torch
 
-from lynx_patches.speculate.state import state_of
+from lynx_patches.speculate.state import coupled_rows, state_of
 from lynx_patches.speculate.verify import Span
 
 
@@ -57,11 +57,9 @@ def predict(scheduler, spans: list[Span], logits: torch.Tensor) -> list[list[Cho
         histories = [span.req.output_ids[: span.start + 1 + i] for span in spans for i in range(span.count)]
         info.penalizer_orchestrator = penalizer_rows(vocab, rows, histories)
     info.grammar_mask = grammar_masks(spans, vocab, device)
-    info.lynx_coupled_rows = [
-        (row, state.rule, state.seed, positions[row])
-        for row, req in enumerate(reqs)
-        if (state := state_of(req)) is not None and state.rule is not None
-    ]
+    # A verify row draws the token after its own position, not after the request's whole output.
+    seeded = coupled_rows(reqs, _seeded)
+    info.lynx_coupled_rows = [(row, rule, seed, positions[row]) for row, rule, seed, _ in seeded]
     logits = logits.float()
     info.apply_logits_bias(logits)
     output = LogitsProcessorOutput(next_token_logits=logits)
@@ -80,6 +78,11 @@ def predict(scheduler, spans: list[Span], logits: torch.Tensor) -> list[list[Cho
         out.append(choices[start : start + span.count])
         start += span.count
     return out
+
+
+def _seeded(req) -> tuple | None:
+    state = state_of(req)
+    return (state.rule, state.seed) if state is not None and state.rule is not None else None
 
 
 def _choice(row: int, req, token: int, output) -> Choice:

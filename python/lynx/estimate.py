@@ -56,6 +56,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from lynx.kvwire import KVShape, WireFormat
+from lynx.models import QWEN2, SMOLLM2
 
 MODES = ("bf16", "int8", "int4", "lynx")
 DTYPES = ("bfloat16", "float16", "float32")
@@ -105,8 +106,8 @@ GEOMETRIES = {
     for g in (
         KVGeometry("llama-3.1-8b", 32, 8, 128),
         KVGeometry("llama-3.1-70b", 80, 8, 128),
-        KVGeometry("smollm2-135m", 30, 3, 64),
-        KVGeometry("qwen2.5-coder-0.5b", 24, 2, 64),
+        KVGeometry("smollm2-135m", SMOLLM2.num_layers, SMOLLM2.kv_heads, SMOLLM2.head_dim),
+        KVGeometry("qwen2.5-coder-0.5b", QWEN2.num_layers, QWEN2.kv_heads, QWEN2.head_dim),
     )
 }
 

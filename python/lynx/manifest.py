@@ -18,7 +18,7 @@ import torch
 
 from lynx.codec import FORMAT_VERSION
 from lynx.kvwire import KVShape, WireFormat
-from lynx.transfer.frames import sign, verify
+from lynx.transfer import frames
 
 MANIFEST_TAG = b"LYNX_MANIFEST"
 MANIFEST_VERSION = 3
@@ -111,9 +111,7 @@ class Manifest:
 
     def seal(self, key: bytes) -> list[bytes]:
         """The wire message, MAC'd with the transfer's key."""
-        room = self.room.to_bytes(8, "big")
-        body = self.to_bytes()
-        return [MANIFEST_TAG, room, body, sign(key, MANIFEST_TAG, room, body)]
+        return frames.seal(key, [MANIFEST_TAG, self.room.to_bytes(8, "big"), self.to_bytes()])
 
     def mismatch(self, wire: WireFormat, expected: KVShape, preset: str) -> str | None:
         """Why this manifest cannot be received into `expected` with `wire`, or None.
@@ -168,7 +166,7 @@ def open_manifest(parts: list[bytes], key: bytes) -> Manifest:
         raise ManifestError("not a manifest message")
     if len(parts[2]) > MAX_MANIFEST_BYTES:
         raise ManifestError(f"manifest of {len(parts[2])} bytes exceeds {MAX_MANIFEST_BYTES}")
-    if not verify(key, parts[3], MANIFEST_TAG, parts[1], parts[2]):
+    if frames.unseal(key, parts) is None:
         raise ManifestAuthError(
             f"manifest for room {room} has a bad MAC (another secret, or recorded from another transfer)"
         )

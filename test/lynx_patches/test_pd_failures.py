@@ -55,6 +55,10 @@ def _wait_state(server, ready, wait_s: float = 60.0) -> dict:
     return state
 
 
+def _receiving(state: dict) -> bool:
+    return bool(state["rooms_by_state"].get("receiving"))
+
+
 def _wait_free(server, want: int, wait_s: float = 60.0) -> int:
     return _wait_state(server, lambda s: s["kv_free_slots"] == want, wait_s)["kv_free_slots"]
 
@@ -117,11 +121,12 @@ def test_a_stalled_link_fails_the_request_after_the_timeout_and_both_keep_servin
     bootstrap servers stay up, so only the no-progress timeout can notice."""
     (scheduler,) = slow_pd.prefill.scheduler_pids()
     resumed = threading.Event()
+    seen = {}
 
     def stall_during_transfer():
-        _wait_state(slow_pd.decode, lambda s: s["rooms_by_state"].get("receiving"))
+        seen["before_stall"] = _wait_state(slow_pd.decode, _receiving)
         os.kill(scheduler, signal.SIGSTOP)
-        _wait_state(slow_pd.decode, lambda s: not s["rooms_by_state"].get("receiving"), wait_s=TIMEOUT_S + 60)
+        _wait_state(slow_pd.decode, lambda s: not _receiving(s), wait_s=TIMEOUT_S + 60)
         os.kill(scheduler, signal.SIGCONT)
         resumed.set()
 
@@ -129,6 +134,7 @@ def test_a_stalled_link_fails_the_request_after_the_timeout_and_both_keep_servin
         _, decode = slow_pd.generate_direct(reference["body"], _room(), after_prefill=stall_during_transfer)
     finally:
         os.kill(scheduler, signal.SIGCONT)
+    assert _receiving(seen["before_stall"]), f"the transfer was never seen receiving: {seen['before_stall']}"
     assert resumed.is_set()
     assert isinstance(decode, str), "a transfer that stopped moving must fail"
     assert f"made no progress for {TIMEOUT_S}s" in decode and "Traceback" not in decode, decode
@@ -160,7 +166,8 @@ def test_two_live_requests_with_one_room_never_get_a_wrong_answer(slow_pd, refer
     other = _body(tokenizer, 1024, index=5)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         first = pool.submit(slow_pd.generate_direct, reference["body"], room)
-        time.sleep(0.5)
+        state = _wait_state(slow_pd.decode, _receiving)  # the first request holds the room on decode
+        assert _receiving(state), f"the first request's transfer never started: {state}"
         second = pool.submit(slow_pd.generate_direct, other, room)
         answers = [first.result()[1], second.result()[1]]
     _, clean = slow_pd.generate_direct(other, _room())
@@ -183,7 +190,8 @@ def test_a_client_abort_mid_transfer_frees_the_slots_for_the_next_request_which_
 
     request = threading.Thread(target=run)
     request.start()
-    _wait_state(slow_pd.decode, lambda s: s["rooms_by_state"].get("receiving"))
+    state = _wait_state(slow_pd.decode, _receiving)
+    assert _receiving(state), f"the transfer was never seen receiving: {state}"
     _abort(slow_pd.decode, rid)
     request.join(timeout=300)
     _, aborted = answers["first"]
@@ -239,12 +247,14 @@ def test_killing_prefill_mid_transfer_fails_the_request_and_decode_keeps_serving
     ]  # fmt: skip
     with PDDeployment(model_path, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=server_logs / "pd-kill") as pd:
         free = _lynx_state(pd.decode)["kv_free_slots"]
+        seen = {}
 
         def kill_during_transfer():
-            _wait_state(pd.decode, lambda s: s["rooms_by_state"].get("receiving"))
+            seen["before_kill"] = _wait_state(pd.decode, _receiving)
             pd.prefill.stop(grace=0)
 
         _, decode = pd.generate_direct(_body(tokenizer, 1024), _room(), after_prefill=kill_during_transfer)
+        assert _receiving(seen["before_kill"]), f"prefill was killed before the transfer: {seen['before_kill']}"
         assert isinstance(decode, str), "the request must fail once its prefill server is gone"
         assert "prefill" in decode.lower() and "Traceback" not in decode, decode
         assert _wait_free(pd.decode, free) == free

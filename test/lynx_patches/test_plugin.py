@@ -5,13 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 import pytest
 from lynx.config import LynxConfig, options
 
 from lynx_patches.hooks import all_hooks
-from lynx_patches.selfcheck import Hook, LynxHookError, is_applied, missing, verify
+from lynx_patches.selfcheck import Hook, LynxHookError, instance_attributes, is_applied, missing, unresolved, verify
+from lynx_patches.targets import USED
 
 
 @pytest.fixture(scope="module")
@@ -142,10 +144,69 @@ def test_server_refuses_lynx_when_a_hook_failed_to_apply(model_path):
     assert "error: Lynx hooks were not applied" in proc.stderr.splitlines()[-1]
 
 
-def test_every_sglang_name_lynx_uses_resolves_and_a_missing_one_is_named():
-    from lynx_patches.selfcheck import unresolved
-    from lynx_patches.targets import USED
-
+def test_every_sglang_name_lynx_uses_resolves_on_the_installed_sglang():
     assert unresolved(USED) == []
-    missing = "sglang.srt.disaggregation.common.conn.CommonKVManager.renamed_in_a_later_release"
-    assert unresolved([*USED[:2], missing]) == [missing]
+
+
+def test_a_missing_name_parameter_or_instance_attribute_is_named():
+    missing = [
+        "sglang.srt.disaggregation.common.conn.CommonKVManager.renamed_in_a_later_release",
+        "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation(forward_batch, is_speculative)",
+        "sglang.srt.managers.schedule_batch.Req().renamed_token_offset",
+        "sglang.srt.managers.scheduler.Scheduler().renamed_waiting_queue",
+    ]
+    present = [
+        "sglang.srt.managers.tp_worker.TpModelWorker.forward_batch_generation(forward_batch, is_verify)",
+        "sglang.srt.managers.schedule_batch.Req().send_token_offset",
+        "sglang.srt.managers.scheduler.Scheduler().waiting_queue",
+    ]
+    assert unresolved([*present, *missing]) == missing
+
+
+@dataclass
+class _Declared:
+    field: int
+    with_default: int = 0
+
+
+class _Slotted:
+    __slots__ = ("slot",)
+
+
+class _Assigning(_Declared):
+    def __init__(self, other) -> None:
+        self.plain = 1
+        self.first, (self.second, *self.rest) = 1, (2, 3)
+        other.not_mine = 4
+
+    def later(self) -> None:
+        self.annotated: int = 5
+
+    @property
+    def derived(self) -> int:
+        return self.plain
+
+
+def test_instance_attributes_come_from_fields_slots_and_assignments_to_self():
+    names = instance_attributes(_Assigning)
+    assert {"field", "with_default", "plain", "first", "second", "rest", "annotated", "derived"} <= names
+    assert "not_mine" not in names
+    assert "slot" in instance_attributes(_Slotted)
+
+
+class _RenamedSleeper:
+    """SGLang's `IdleSleeper` as a release that renamed its `poller` would define it."""
+
+    def __init__(self, sockets) -> None:
+        self.socket_poller = None
+
+
+def test_lynx_refuses_to_start_naming_an_attribute_sglang_no_longer_sets(plugins_loaded, monkeypatch):
+    from sglang.srt.managers.scheduler_components import idle_sleeper
+
+    from lynx_patches.hooks import verify_hooks
+
+    verify_hooks()
+    monkeypatch.setattr(idle_sleeper, "IdleSleeper", _RenamedSleeper)
+    with pytest.raises(LynxHookError, match=r"idle_sleeper\.IdleSleeper\(\)\.poller\b"):
+        verify_hooks()

@@ -20,7 +20,7 @@ from lynx.transfer.keys import root_key
 FRAME_VERSION = 2
 MAGIC = b"LYNX"
 AUX_STREAM = 255
-MAX_STAGES = 16
+MAX_STAGE_STREAMS = 16
 MAC_BYTES = 16
 HEADER_STRUCT = struct.Struct("!4sBQBIIQIHHH")
 HEADER_BYTES = HEADER_STRUCT.size + MAC_BYTES
@@ -57,8 +57,10 @@ class DuplicateFrame(FrameError):
 
 def check_stream(stream: int) -> None:
     """Raise ValueError unless ``stream`` is a codec stage (0..15) or ``AUX_STREAM``."""
-    if not _is_int(stream) or not (0 <= stream < MAX_STAGES or stream == AUX_STREAM):
-        raise ValueError(f"stream must be a stage in 0..{MAX_STAGES - 1} or AUX_STREAM={AUX_STREAM}, got {stream!r}")
+    if not _is_int(stream) or not (0 <= stream < MAX_STAGE_STREAMS or stream == AUX_STREAM):
+        raise ValueError(
+            f"stream must be a stage in 0..{MAX_STAGE_STREAMS - 1} or AUX_STREAM={AUX_STREAM}, got {stream!r}"
+        )
 
 
 def priority_of(stream: int) -> int:
@@ -200,8 +202,7 @@ ALIVE_TAG = b"LYNX_ALIVE"
 
 def encode_alive(room: int, key: bytes) -> list[bytes]:
     """``[ALIVE_TAG, room (u64), MAC]``: the sender is still computing `room`'s KV (keyed by the transfer)."""
-    room_bytes = room.to_bytes(8, "big")
-    return [ALIVE_TAG, room_bytes, sign(key, ALIVE_TAG, room_bytes)]
+    return seal(key, [ALIVE_TAG, room.to_bytes(8, "big")])
 
 
 def alive_room(parts: list[bytes]) -> int | None:
@@ -213,7 +214,19 @@ def alive_room(parts: list[bytes]) -> int | None:
 
 def verify_alive(parts: list[bytes], key: bytes) -> bool:
     """Whether an alive message was signed with `key` (its room's transfer key)."""
-    return verify(key, parts[2], ALIVE_TAG, parts[1])
+    return unseal(key, parts) is not None
+
+
+def seal(key: bytes, parts: list[bytes]) -> list[bytes]:
+    """`parts` followed by their MAC (`sign`): how control messages, manifests and alive messages travel."""
+    return [*parts, sign(key, *parts)]
+
+
+def unseal(key: bytes, msg: list[bytes]) -> list[bytes] | None:
+    """The parts of a `seal`-ed message without its MAC; None if the MAC does not verify with `key`."""
+    if len(msg) < 2 or not verify(key, msg[-1], *msg[:-1]):
+        return None
+    return msg[:-1]
 
 
 def sign(key: bytes, *fields: bytes) -> bytes:
