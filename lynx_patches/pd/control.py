@@ -14,7 +14,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from lynx.transfer.frames import sign, verify
+from lynx.transfer.frames import seal, unseal
 from lynx.transfer.keys import NONCE_BYTES
 
 REGISTER_TAG = b"None"  # SGLang's marker for a registration message
@@ -27,18 +27,15 @@ class ControlError(ValueError):
     """A control message that is malformed, unsigned, stale or not acceptable."""
 
 
-def seal(key: bytes, parts: list[bytes]) -> list[bytes]:
-    return [*parts, sign(key, *parts)]
-
-
 def open_sealed(key: bytes, msg: list[bytes], what: str) -> list[bytes]:
     """The message parts without the MAC; ControlError if the MAC does not verify."""
-    if len(msg) < 2 or not verify(key, msg[-1], *msg[:-1]):
+    parts = unseal(key, msg)
+    if parts is None:
         raise ControlError(
             f"rejected {what}: bad signature (a peer with a different --lynx-secret-file/"
             "LYNX_SECRET, or a corrupted message)"
         )
-    return msg[:-1]
+    return parts
 
 
 def check_data_endpoint(endpoint: str, host: str) -> None:

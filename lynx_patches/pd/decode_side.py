@@ -25,7 +25,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import torch
 from lynx.config import LynxConfig
-from lynx.manifest import MAX_MANIFEST_BYTES, ManifestAuthError, ManifestError, manifest_room, open_manifest
+from lynx.manifest import ManifestAuthError, ManifestError, manifest_room, open_manifest
 from lynx.transfer.frames import (
     FrameError,
     alive_room,
@@ -253,8 +253,6 @@ class DecodeSide:
         entry = self._rooms.get(room)
         if entry is None:
             return self._drop(room, "no such reservation on this rank")
-        if len(msg[2]) > MAX_MANIFEST_BYTES:  # refused before its MAC is checked: anyone may have sent it
-            return self._drop(room, f"a manifest of {len(msg[2])} bytes, more than {MAX_MANIFEST_BYTES}")
         try:
             manifest = open_manifest(msg, entry.key)
         except ManifestAuthError as exc:

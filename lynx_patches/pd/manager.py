@@ -17,6 +17,7 @@ from typing import Optional
 import zmq
 from lynx.config import LynxConfig
 from lynx.manifest import wire_version
+from lynx.transfer.frames import seal
 from lynx.transfer.supervise import Supervisor
 from sglang.srt.disaggregation.base.conn import KVArgs, KVPoll
 from sglang.srt.disaggregation.common.conn import (
@@ -33,7 +34,6 @@ from lynx_patches.pd.control import (
     DecodeRegistration,
     RoomMetadata,
     open_sealed,
-    seal,
 )
 from lynx_patches.pd.pool import PoolView, layout_refusal
 from lynx_patches.startup import lynx_config_of

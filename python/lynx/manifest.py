@@ -35,7 +35,8 @@ class ManifestError(ValueError):
 
 
 class ManifestAuthError(ManifestError):
-    """The manifest's MAC does not verify: another secret, or recorded from another transfer."""
+    """The manifest cannot be authenticated: its MAC does not verify (another secret, or recorded
+    from another transfer), or it is too large to be checked at all. Anyone may have sent it."""
 
 
 def wire_version() -> str:
@@ -165,7 +166,7 @@ def open_manifest(parts: list[bytes], key: bytes) -> Manifest:
     if room is None:
         raise ManifestError("not a manifest message")
     if len(parts[2]) > MAX_MANIFEST_BYTES:
-        raise ManifestError(f"manifest of {len(parts[2])} bytes exceeds {MAX_MANIFEST_BYTES}")
+        raise ManifestAuthError(f"manifest of {len(parts[2])} bytes exceeds {MAX_MANIFEST_BYTES}")
     if frames.unseal(key, parts) is None:
         raise ManifestAuthError(
             f"manifest for room {room} has a bad MAC (another secret, or recorded from another transfer)"
