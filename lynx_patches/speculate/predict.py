@@ -104,7 +104,11 @@ def penalizer_rows(vocab_size: int, batch, histories: list) -> object:
     """A penalizer orchestrator for `batch` whose row i has been fed ``histories[i]``.
 
     SGLang's orchestrator feeds one token to every row at once, so each row is
-    built on its own one-request orchestrator and the rows are then merged in order.
+    built on its own one-request orchestrator and the rows are then merged in
+    order. Every row prepares each penalizer that any row of `batch` needs
+    (SGLang's merge would otherwise prepare a missing one for the first
+    request only, leaving it short of rows); for a request that does not ask
+    for a penalty, the prepared penalizer changes nothing.
     """
     from sglang.srt.sampling import penaltylib
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo  # noqa: F401 (penaltylib's import order)
@@ -115,11 +119,17 @@ def penalizer_rows(vocab_size: int, batch, histories: list) -> object:
         penaltylib.BatchedPresencePenalizer,
         penaltylib.BatchedRepetitionPenalizer,
     }
+    everyone = penaltylib.BatchedPenalizerOrchestrator(vocab_size=vocab_size, batch=batch, penalizers=classes)
+    needed = [cls for cls, penalizer in everyone.penalizers.items() if penalizer.is_prepared()]
+    everyone.release()
     holders, merged = [], None
     for req, history in zip(batch.reqs, histories, strict=True):
         holder = _Rows([req], batch.device)
         holders.append(holder)  # orchestrators keep only a weak reference to their batch
         row = penaltylib.BatchedPenalizerOrchestrator(vocab_size=vocab_size, batch=holder, penalizers=classes)
+        for cls in needed:
+            row.penalizers[cls].prepare()
+        row.is_required = bool(needed)
         for token in history:
             row.cumulate_output_tokens(torch.tensor([int(token)], dtype=torch.int64, device=batch.device))
         if merged is None:

@@ -54,13 +54,19 @@ def _step_by_step(req, history, logits):
         dict(frequency_penalty=0.4, presence_penalty=0.2, repetition_penalty=1.2, min_new_tokens=2),
     ],
 )
-def test_each_row_is_penalized_as_after_decoding_its_history_token_by_token(params):
+@pytest.mark.parametrize("plain_first", [False, True], ids=["penalized-first", "plain-first"])
+def test_each_row_is_penalized_as_after_decoding_its_history_token_by_token(params, plain_first):
+    """Rows of requests without a penalty may come before those with one (a batched verify pass)."""
     g = torch.Generator().manual_seed(1)
     logits = torch.randn(VOCAB, generator=g) * 3
     plain = _req()
     penalized = _req(**params)
-    histories = [[4], [4, 7], [4, 7, 4], [4, 7, 4, 11], [2]]
-    reqs = [penalized] * 4 + [plain]
+    if plain_first:
+        histories = [[2], [3, 5], [4], [4, 7], [4, 7, 4], [4, 7, 4, 11]]
+        reqs = [plain, plain] + [penalized] * 4
+    else:
+        histories = [[4], [4, 7], [4, 7, 4], [4, 7, 4, 11], [2]]
+        reqs = [penalized] * 4 + [plain]
     batch = _Rows(reqs, "cpu")
     orchestrator = penalizer_rows(VOCAB, batch, histories)
     rows = logits.repeat(len(reqs), 1)
