@@ -127,6 +127,9 @@ class PDDeployment:
             # long prompt takes tens of seconds, and three 5 s timeouts in a row would
             # take the worker out of rotation.
             "--health-check-timeout-secs", "120",
+            # A request that fails must reach the caller: a retry would hide it behind a
+            # second attempt (with another transfer room) that succeeds.
+            "--disable-retries",
             "--log-level", "warn",
         ]  # fmt: skip
         log = open(self.log_dir / "router.log", "ab")  # noqa: SIM115 - owned by the child

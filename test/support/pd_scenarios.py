@@ -226,7 +226,10 @@ def _ask_all(dep: Deployment, url: str, bodies: dict, run: Run, pd: PDDeployment
         elif suite == "radix":
             answers = _radix_sequence(url, requests[0])
         elif suite in ("concurrent", "distribution"):
-            with concurrent.futures.ThreadPoolExecutor(min(len(requests), 16)) as pool:
+            # All at once: the prefill computes them together and the link sends every
+            # anchor before any residual, so each request drafts on its anchor (sent a few
+            # at a time, a short prompt's residual would often land with its anchor).
+            with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
                 answers = list(pool.map(lambda b: post_json(f"{url}/generate", b), requests))
         else:
             answers = [post_json(f"{url}/generate", b) for b in requests]
