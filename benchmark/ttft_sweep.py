@@ -17,7 +17,10 @@ Every type runs to `--max-tokens` tokens (``ignore_eos``; the JSON schema asks
 for enough items).
 
 The link is emulated by the prefill sender's token bucket (`--lynx-link-gbps`), on
-either transport (`--transports zmq,mooncake`).
+either transport (`--transports zmq,mooncake`). Frames are sized to the
+emulated link (`--chunk-ms`: a residual frame holds up an anchor for at most
+that long, as a 1 MiB frame does for well under a millisecond on a real
+10-100 Gbit/s link).
 A 135M model on two CPU cores prefills 2k tokens in about 11 s, far slower
 than an 8B model on a GPU, so the link rates are scaled down to put the
 ratio of BF16 KV transfer time to prefill time where clusters have it; the
@@ -37,6 +40,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from lynx.config import MIN_CHUNK_BYTES, LynxConfig
 from lynx.kvwire import KVShape, WireFormat
 from lynx.models import SMOLLM2, prepare_smollm2
 from lynx_testing.deploy import PDDeployment
@@ -71,6 +75,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "network namespace: its engine listens on every interface)")
     parser.add_argument("--segment-tokens", default="512",
                         help="--lynx-segment-tokens values, one deployment each (0 = the KV sent whole: pipelining off)")
+    parser.add_argument("--chunk-ms", type=float, default=10.0,
+                        help="frame size as time on the emulated link (--lynx-chunk-bytes = rate x this, "
+                             "4 KiB..1 MiB); 0 keeps the server default")
     parser.add_argument("--floor", action="store_true",
                         help="also time a single non-disaggregated server on the same prompts (the floor)")
     parser.add_argument("--repeats", type=int, default=3)
@@ -85,6 +92,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown request types {sorted(unknown)}; choose from {', '.join(REQUEST_TYPES)}")
     return args
+
+
+def chunk_bytes(rate_gbps: float, chunk_ms: float) -> int | None:
+    """`--lynx-chunk-bytes` for frames of `chunk_ms` on a `rate_gbps` link; None for the server default."""
+    if rate_gbps <= 0 or chunk_ms <= 0:
+        return None
+    return max(MIN_CHUNK_BYTES, min(LynxConfig.chunk_bytes, int(rate_gbps * 1e9 / 8 * chunk_ms / 1000)))
 
 
 def _ints(text: str) -> list[int]:
@@ -146,6 +160,9 @@ def main(argv=None) -> int:
               "starting deployment", file=sys.stderr, flush=True)  # fmt: skip
         lynx_args = ["--lynx-mode", mode, "--lynx-link-gbps", str(rate), "--lynx-insecure",
                      "--lynx-segment-tokens", str(segment), "--lynx-transport", transport]  # fmt: skip
+        frame = chunk_bytes(rate, args.chunk_ms)
+        if frame is not None:
+            lynx_args += ["--lynx-chunk-bytes", str(frame)]
         log_dir = Path(args.log_dir) / f"{mode}-{rate}-{segment}-{transport}"
         with PDDeployment(model, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=log_dir, max_total_tokens=32768) as pd:
             for tokens in _ints(args.prompt_tokens):
@@ -153,7 +170,7 @@ def main(argv=None) -> int:
                 prefill_times.setdefault(tokens, []).append(prefill_s)
                 for kind in kinds:
                     runs = [run_point(pd, tokenizer, tokens, kind, r, args) for r in range(args.repeats)]
-                    point = {"segment_tokens": segment, "transport": transport}
+                    point = {"segment_tokens": segment, "transport": transport, "chunk_bytes": frame}
                     rows.append(summarize(mode, rate, tokens, kind, prefill_s, runs) | point)
                     row = rows[-1]
                     print(f"    {tokens} tokens, {kind}: t1 {row['t1_s']:.2f}s, prefill {prefill_s:.2f}s",

@@ -29,7 +29,7 @@ from lynx_testing.launch import (
     free_port,
     log_tail,
     post_json,
-    stop_group,
+    stop_groups,
 )
 
 SERVED_MODEL = "smollm2"
@@ -186,11 +186,10 @@ class PDDeployment:
         return answers["prefill"], answers["decode"]
 
     def stop(self) -> None:
-        if self.router is not None:
-            stop_group(self.router)
-            self.router = None
-        self.decode.stop()
-        self.prefill.stop()
+        """Stop the router and both servers together."""
+        running = [p for p in (self.router, self.decode.process, self.prefill.process) if p is not None]
+        stop_groups(running)
+        self.router = self.decode.process = self.prefill.process = None
 
     def __enter__(self) -> PDDeployment:
         try:

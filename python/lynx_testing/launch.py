@@ -179,26 +179,39 @@ def post_json(url: str, body: dict, timeout: float = 600.0):
 
 def stop_group(process: subprocess.Popen, grace: float = 15.0) -> None:
     """End the process group led by `process`: SIGTERM, then SIGKILL after `grace` seconds."""
-    pgid = process.pid
+    stop_groups([process], grace)
+
+
+def stop_groups(processes: Sequence[subprocess.Popen], grace: float = 15.0) -> None:
+    """End the process groups led by `processes` together (SIGTERM to all, then SIGKILL to what
+    is left after `grace` seconds), so stopping several servers takes as long as the slowest."""
+    left = list(processes)
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(timeout=wait)
-            _wait_group_gone(pgid, wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+        for process in left:
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        still = []
+        for process in left:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                _wait_group_gone(process.pid, max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                still.append(process)
+        left = still
+        if not left:
+            return
 
 
 def _wait_group_gone(pgid: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
             return
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(f"process group {pgid}", timeout)
         time.sleep(0.2)
-    raise subprocess.TimeoutExpired(f"process group {pgid}", timeout)

@@ -54,6 +54,14 @@ def test_pipelining_and_the_floor_are_compared_at_equal_points():
     assert pipelined["mode"] == "lynx" and pipelined["t1_on_over_off"] == pytest.approx(0.75)
 
 
+def test_frames_take_the_asked_time_on_the_emulated_link_within_the_servers_bounds():
+    sweep = _sweep()
+    assert sweep.chunk_bytes(0.02, 10) == 25_000  # 2.5 MB/s for 10 ms
+    assert sweep.chunk_bytes(100, 10) == 1 << 20  # never above the server default
+    assert sweep.chunk_bytes(0.0001, 10) == 4 << 10  # never below the smallest frame the server accepts
+    assert sweep.chunk_bytes(0, 10) is None and sweep.chunk_bytes(0.02, 0) is None
+
+
 @pytest.mark.slow
 def test_every_request_type_runs_to_the_token_budget():
     from transformers import AutoTokenizer

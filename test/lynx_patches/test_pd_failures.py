@@ -5,7 +5,8 @@ The shared pair (`slow_pd`) runs `int8` mode on an emulated 0.02 Gbit/s link
 (a 2k-token prompt's KV takes ~10 s, longer than the `TIMEOUT_S` no-progress
 timeout, so only a real stall trips it) with a small KV pool. Requests go
 straight to both servers (`generate_direct`) so a test knows their bootstrap
-room. What cannot be timed on a real pair (a release during the anchor write,
+room. The kill tests share a `lynx`-mode pair (`kill_pd`) whose prefill server they
+kill, during the anchor and during the residual, and restart. What cannot be timed on a real pair (a release during the anchor write,
 an abort during encoding, replayed or forged messages) is covered by the unit
 tests of both sides (`test/lynx_patches/pd`).
 """
@@ -236,71 +237,82 @@ def test_a_mixed_load_with_client_aborts_through_the_router_leaks_nothing(slow_p
     assert _wait_state(slow_pd.prefill, lambda s: s["transfer_rooms"] == 0)["transfer_rooms"] == 0
 
 
-def test_killing_prefill_mid_transfer_fails_the_request_and_decode_keeps_serving(
-    model_path, server_logs, secret_file, tokenizer
-):
-    lynx_args = [
-        "--lynx-mode", "int8",
-        "--lynx-link-gbps", "0.002",
-        "--lynx-transfer-timeout", "120",
-        "--lynx-secret-file", str(secret_file),
-    ]  # fmt: skip
-    with PDDeployment(model_path, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=server_logs / "pd-kill") as pd:
-        free = _lynx_state(pd.decode)["kv_free_slots"]
-        seen = {}
-
-        def kill_during_transfer():
-            seen["before_kill"] = _wait_state(pd.decode, _receiving)
-            pd.prefill.stop(grace=0)
-
-        _, decode = pd.generate_direct(_body(tokenizer, 1024), _room(), after_prefill=kill_during_transfer)
-        assert _receiving(seen["before_kill"]), f"prefill was killed before the transfer: {seen['before_kill']}"
-        assert isinstance(decode, str), "the request must fail once its prefill server is gone"
-        assert "prefill" in decode.lower() and "Traceback" not in decode, decode
-        assert _wait_free(pd.decode, free) == free
-        pd.prefill = SGLangServer(
-            model_path, pd.prefill.command[pd.prefill.command.index("--lynx") :], log_path=server_logs / "pd-kill" / "prefill-2.log"
-        )
-        pd.prefill.start().wait_ready()
-        _serves_small_request(pd)
-
-
-def test_lynx_request_whose_residual_never_arrives_fails_without_unverified_tokens(
-    model_path, server_logs, secret_file, tokenizer
-):
-    """The anchor lands and decoding starts on it; then the prefill dies with the residual
-    still on the wire. The client must have received only the exact first token, then an
-    error, and the decode server must free every slot and keep serving."""
+@pytest.fixture(scope="module")
+def kill_pd(model_path, server_logs, secret_file):
+    """A `lynx`-mode pair on a 0.01 Gbit/s link (a 1k-token anchor takes ~5 s, its residual
+    ~5 s more) whose prefill server the kill tests kill and restart."""
     lynx_args = [
         "--lynx-mode", "lynx",
         "--lynx-link-gbps", "0.01",
         "--lynx-transfer-timeout", "120",
         "--lynx-secret-file", str(secret_file),
     ]  # fmt: skip
-    with PDDeployment(model_path, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=server_logs / "pd-lynx-kill") as pd:
-        free = _lynx_state(pd.decode)["kv_free_slots"]
-        fields = {"bootstrap_host": "127.0.0.1", "bootstrap_port": pd.bootstrap_port, "bootstrap_room": _room()}
-        body = {**_body(tokenizer, 1024, max_new_tokens=64), **fields}
-        prefill = threading.Thread(target=_post_quietly, args=(f"{pd.prefill.url}/generate", body))
-        prefill.start()
-        tokens_streamed, error = 0, None
-        try:
-            for event in sse_events(f"{pd.decode.url}/generate", body):
-                meta = event.get("meta_info", {})
-                if "error" in event or (meta.get("finish_reason") or {}).get("type") == "abort":
-                    error = json.dumps(event)
-                    break
-                tokens_streamed = meta.get("completion_tokens", tokens_streamed)
-                if tokens_streamed >= 1 and pd.prefill.process is not None:
-                    pd.prefill.stop(grace=0)  # the anchor landed: kill the residual's sender
-        except OSError as exc:
-            error = str(exc)
-        prefill.join(timeout=60)
-        assert error is not None, "the request must fail once its residual can no longer arrive"
-        assert "residual" in error, error
-        assert tokens_streamed == 1, "only the prefill's exact first token may have been streamed"
-        assert _wait_free(pd.decode, free) == free
-        assert "failed: residual KV failed" in pd.decode.log_path.read_text()
+    with PDDeployment(model_path, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=server_logs / "pd-kill") as pd:
+        pd.restarts = 0
+        yield pd
+
+
+def _serving_prefill(pd: PDDeployment, model_path, server_logs) -> PDDeployment:
+    """`pd` with a running prefill server (a new one, on the same bootstrap port, if it was killed)."""
+    if pd.prefill.process is None or pd.prefill.process.poll() is not None:
+        pd.restarts += 1
+        command = pd.prefill.command[pd.prefill.command.index("--lynx") :]
+        log = server_logs / "pd-kill" / f"prefill-{pd.restarts + 1}.log"
+        pd.prefill = SGLangServer(model_path, command, log_path=log)
+        pd.prefill.start().wait_ready()
+    return pd
+
+
+def test_killing_prefill_while_the_anchor_is_on_the_wire_fails_the_request_and_decode_keeps_serving(
+    kill_pd, model_path, server_logs, tokenizer
+):
+    pd = _serving_prefill(kill_pd, model_path, server_logs)
+    free = _lynx_state(pd.decode)["kv_free_slots"]
+    seen = {}
+
+    def kill_during_transfer():
+        seen["before_kill"] = _wait_state(pd.decode, _receiving)
+        pd.prefill.stop(grace=0)
+
+    _, decode = pd.generate_direct(_body(tokenizer, 1024), _room(), after_prefill=kill_during_transfer)
+    assert _receiving(seen["before_kill"]), f"prefill was killed before the transfer: {seen['before_kill']}"
+    assert isinstance(decode, str), "the request must fail once its prefill server is gone"
+    assert "prefill" in decode.lower() and "Traceback" not in decode, decode
+    assert _wait_free(pd.decode, free) == free
+    _serves_small_request(_serving_prefill(pd, model_path, server_logs))
+
+
+def test_lynx_request_whose_residual_never_arrives_fails_without_unverified_tokens(
+    kill_pd, model_path, server_logs, tokenizer
+):
+    """The anchor lands and decoding starts on it; then the prefill dies with the residual
+    still on the wire. The client must have received only the exact first token, then an
+    error, and the decode server must free every slot and keep serving."""
+    pd = _serving_prefill(kill_pd, model_path, server_logs)
+    free = _lynx_state(pd.decode)["kv_free_slots"]
+    fields = {"bootstrap_host": "127.0.0.1", "bootstrap_port": pd.bootstrap_port, "bootstrap_room": _room()}
+    body = {**_body(tokenizer, 1024, max_new_tokens=64), **fields}
+    prefill = threading.Thread(target=_post_quietly, args=(f"{pd.prefill.url}/generate", body))
+    prefill.start()
+    tokens_streamed, error = 0, None
+    try:
+        for event in sse_events(f"{pd.decode.url}/generate", body):
+            meta = event.get("meta_info", {})
+            if "error" in event or (meta.get("finish_reason") or {}).get("type") == "abort":
+                error = json.dumps(event)
+                break
+            tokens_streamed = meta.get("completion_tokens", tokens_streamed)
+            if tokens_streamed >= 1 and pd.prefill.process is not None:
+                pd.prefill.stop(grace=0)  # the anchor landed: kill the residual's sender
+    except OSError as exc:
+        error = str(exc)
+    prefill.join(timeout=60)
+    assert error is not None, "the request must fail once its residual can no longer arrive"
+    assert "residual" in error, error
+    assert tokens_streamed == 1, "only the prefill's exact first token may have been streamed"
+    assert _wait_free(pd.decode, free) == free
+    assert "failed: residual KV failed" in pd.decode.log_path.read_text()
+    _serves_small_request(_serving_prefill(pd, model_path, server_logs))
 
 
 def _abort(server: SGLangServer, rid: str) -> None:

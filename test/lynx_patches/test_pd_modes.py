@@ -67,7 +67,9 @@ def test_int4_mode_equals_single_server_on_int4_roundtripped_kv(runs):
     assert _ids(runs["int4"].outputs["short"]) == _ids(runs["single-int4-loopback"].outputs["short"])
 
 
+@pytest.mark.extended
 def test_mooncake_transport_moves_exactly_the_zeromq_transports_kv(runs):
+    """`int8` over Mooncake against ZeroMQ; the default tier's Mooncake pair is `lynx-mooncake` (below)."""
     assert _ids(runs["int8-mooncake"].outputs["greedy"]) == _ids(runs["int8"].outputs["greedy"])
 
 
@@ -83,7 +85,7 @@ def test_every_mode_over_mooncake_equals_zeromq(runs, mode, suite):
     [
         ("lynx", "int8"),
         ("lynx-2+6-page16", "single-2+6-loopback"),
-        ("lynx-bf16-exact", "bf16"),
+        pytest.param("lynx-bf16-exact", "bf16", marks=pytest.mark.extended),
         ("lynx-mooncake", "int8"),
     ],
 )

@@ -28,7 +28,7 @@ from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import sse_events
 from request_types import request_types
 
-PROMPT_TOKENS = (512, 1024, 2048, 3584)
+PROMPT_TOKENS = (512, 1024, 2048)
 MAX_TOKENS = 32
 SLOW_LINK = ("--lynx-link-gbps", "0.03")  # the residual lands after several decode steps
 MOONCAKE = ("--lynx-transport", "mooncake")
@@ -77,8 +77,8 @@ DEPLOYMENTS = (
         ("--lynx-mode", "lynx", "--lynx-link-gbps", "0.01", "--disaggregation-decode-enable-radix-cache"),
         suites=("radix",),
     ),
-    Deployment("lynx-bf16-exact", ("--lynx-mode", "lynx", "--lynx-preset", "bf16-exact", *SLOW_LINK)),
-    Deployment("int8-mooncake", ("--lynx-mode", "int8", *MOONCAKE), isolated=True),
+    Deployment("lynx-bf16-exact", ("--lynx-mode", "lynx", "--lynx-preset", "bf16-exact", *SLOW_LINK), extended=True),
+    Deployment("int8-mooncake", ("--lynx-mode", "int8", *MOONCAKE), isolated=True, extended=True),
     Deployment("lynx-mooncake", ("--lynx-mode", "lynx", *SLOW_LINK, *MOONCAKE), isolated=True),
     Deployment("bf16-mooncake", ("--lynx-mode", "bf16", *MOONCAKE), isolated=True, extended=True),
     Deployment("int4-mooncake", ("--lynx-mode", "int4", *MOONCAKE), suites=("short",), isolated=True, extended=True),
@@ -114,7 +114,7 @@ def suites(tokenizer) -> dict[str, list[dict]]:
             body(short),
         ],
         "sampling": [body(q, temperature=0.8, sampling_seed=7 + i) for i, q in enumerate(long[:2])],
-        "concurrent": [body(q) for q in (long[3], long[0], short, long[1])],
+        "concurrent": [body(q) for q in (long[2], long[0], short, long[1])],
         "openai": [{"messages": [{"role": "user", "content": short}]}],
         "radix": [body(long[1])],
         "distribution": [
