@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
@@ -69,20 +68,44 @@ def test_lynx_config_reaches_subprocesses_by_pickle(plugins_loaded, model_path):
     assert pickle.loads(pickle.dumps(server_args))._lynx == LynxConfig(mode="bf16")
 
 
-def _run_python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300
-    )
+_HOOK_FAILED = """
+from types import SimpleNamespace
+from sglang.srt.plugins.hook_registry import HookRegistry
+from lynx_patches import targets
+# A broken hook from another plugin makes SGLang skip the whole target.
+HookRegistry.register(targets.SCHEDULER_INIT, print, SimpleNamespace(value="broken"))
+from sglang.srt.plugins import load_plugins
+load_plugins()
+from sglang.srt.server_args import prepare_server_args
+prepare_server_args(["--model-path", MODEL, "--lynx"])
+"""
+
+
+@pytest.fixture(scope="module")
+def launcher_runs(model_path) -> dict[str, subprocess.Popen]:
+    """SGLang's launcher run three ways, all at once (each spends its time importing SGLang)."""
+    launch = [sys.executable, "-m", "sglang.launch_server"]
+    commands = {
+        "help": [*launch, "--help"],
+        "bad-mode": [*launch, "--model-path", str(model_path), "--lynx", "--lynx-mode", "fp3"],
+        "hook-failed": [sys.executable, "-c", _HOOK_FAILED.replace("MODEL", repr(str(model_path)))],
+    }
+    runs = {name: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for name, cmd in commands.items()}  # fmt: skip
+    yield runs
+    for run in runs.values():
+        run.kill()
+        run.wait()
+
+
+def _finished(run: subprocess.Popen) -> tuple[int, str, str]:
+    out, err = run.communicate(timeout=300)
+    return run.returncode, out, err
 
 
 @pytest.mark.slow
-def test_help_lists_every_lynx_option_with_its_default():
-    out = subprocess.run(
-        [sys.executable, "-m", "sglang.launch_server", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    ).stdout
+def test_help_lists_every_lynx_option_with_its_default(launcher_runs):
+    _, out, _ = _finished(launcher_runs["help"])
     flat = " ".join(out.split())
     assert "--lynx " in out
     for opt in options():
@@ -92,15 +115,11 @@ def test_help_lists_every_lynx_option_with_its_default():
 
 
 @pytest.mark.slow
-def test_unknown_lynx_value_is_a_clear_error_not_a_traceback(model_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_path),
-         "--lynx", "--lynx-mode", "fp3"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 2
-    assert "argument --lynx-mode: invalid choice: 'fp3'" in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_unknown_lynx_value_is_a_clear_error_not_a_traceback(launcher_runs):
+    returncode, _, err = _finished(launcher_runs["bad-mode"])
+    assert returncode == 2
+    assert "argument --lynx-mode: invalid choice: 'fp3'" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize(
@@ -124,24 +143,12 @@ def test_bad_lynx_options_exit_2_with_a_one_line_error(plugins_loaded, model_pat
 
 
 @pytest.mark.slow
-def test_server_refuses_lynx_when_a_hook_failed_to_apply(model_path):
+def test_server_refuses_lynx_when_a_hook_failed_to_apply(launcher_runs):
     """SGLang only logs a hook it could not apply; --lynx must then stop with an error."""
-    proc = _run_python(
-        f"""
-        from types import SimpleNamespace
-        from sglang.srt.plugins.hook_registry import HookRegistry
-        from lynx_patches import targets
-        # A broken hook from another plugin makes SGLang skip the whole target.
-        HookRegistry.register(targets.SCHEDULER_INIT, print, SimpleNamespace(value="broken"))
-        from sglang.srt.plugins import load_plugins
-        load_plugins()
-        from sglang.srt.server_args import prepare_server_args
-        prepare_server_args(["--model-path", {str(model_path)!r}, "--lynx"])
-        """
-    )
-    assert proc.returncode == 2, proc.stderr
-    assert "Lynx hooks were not applied to: " + "sglang.srt.managers.scheduler" in proc.stderr
-    assert "error: Lynx hooks were not applied" in proc.stderr.splitlines()[-1]
+    returncode, _, err = _finished(launcher_runs["hook-failed"])
+    assert returncode == 2, err
+    assert "Lynx hooks were not applied to: " + "sglang.srt.managers.scheduler" in err
+    assert "error: Lynx hooks were not applied" in err.splitlines()[-1]
 
 
 def test_every_sglang_name_lynx_uses_resolves_on_the_installed_sglang():
