@@ -301,8 +301,8 @@ class DecodeSide:
                 if not self._write(entry, assembly, k):
                     return
         if len(assembly.anchors_written) == assembly.num_segments and assembly.aux_ready:
-            if self._write(entry, assembly, None) and self._rooms.anchored(entry.room):
-                self._host.succeed(entry.room)
+            if self._write(entry, assembly, None):
+                self._rooms.if_anchored(entry.room, self._host.succeed)
 
     def _write(self, entry: Room, assembly: SegmentedAssembly, segment: int | None) -> bool:
         """Inside the room's write fence: one segment's anchor, or (None) the metadata, which

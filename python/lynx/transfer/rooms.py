@@ -231,6 +231,21 @@ class RoomTable:
             entry = self._rooms.get(room)
             return entry is not None and entry.state in (RoomState.ANCHORED, RoomState.LANDED, RoomState.COMPLETE)
 
+    def if_anchored(self, room: int, report: Callable[[int], None]) -> bool:
+        """Call ``report(room)`` if the room is ANCHORED (or further), under the table's lock.
+
+        A `close` therefore either comes first (nothing is reported) or waits
+        until the report is made: once the consumer has released the room, no
+        report of its anchor can follow (and promote a later request that reuses
+        the room id). `report` must not call back into this table.
+        """
+        with self._cond:
+            entry = self._rooms.get(room)
+            if entry is None or entry.state not in (RoomState.ANCHORED, RoomState.LANDED, RoomState.COMPLETE):
+                return False
+            report(room)
+            return True
+
     def all_landed(self, room: int, complete: bool) -> None:
         """Every stream arrived: ANCHORED -> LANDED, or COMPLETE when nothing is left to apply."""
         with self._cond:

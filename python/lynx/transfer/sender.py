@@ -293,7 +293,6 @@ class PrioritySender:
         if done:
             _call(self._on_sent, submission.room, submission.stream)
 
-
     def _on_crash(self, name: str, error: str) -> None:
         """The worker raised: drop every chunk queued or in flight and report each of their rooms once."""
         with self._cond:

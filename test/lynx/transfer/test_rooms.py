@@ -219,3 +219,30 @@ def test_anything_from_a_sender_keeps_all_its_rooms_alive_but_not_another_sender
         rooms.progress(1)  # room 2 waits its turn behind room 1 on sender a's link
     assert rooms.expire(2) is None
     assert "no progress" in rooms.expire(3)
+
+
+def test_the_anchor_is_reported_only_while_the_room_is_anchored_and_a_close_waits_for_the_report():
+    rooms, _ = table()
+    reported = []
+    reserve(rooms, room=8)
+    assert not rooms.if_anchored(8, reported.append)  # still reserved
+    anchored(rooms)
+    inside, go = threading.Event(), threading.Event()
+
+    def slow_report(room):
+        inside.set()
+        go.wait(10)
+        reported.append(room)
+
+    reporter = threading.Thread(target=rooms.if_anchored, args=(7, slow_report))
+    reporter.start()
+    assert inside.wait(10)
+    closer = threading.Thread(target=rooms.close, args=(7,))
+    closer.start()
+    closer.join(0.2)
+    assert closer.is_alive(), "close returned while the anchor was being reported"
+    go.set()
+    reporter.join(10)
+    closer.join(10)
+    assert reported == [7] and rooms.get(7) is None
+    assert not rooms.if_anchored(7, reported.append) and reported == [7]

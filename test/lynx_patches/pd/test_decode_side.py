@@ -192,6 +192,28 @@ def test_a_release_during_the_metadata_write_waits_for_it_and_success_is_not_rep
     assert side.room_state(ROOM) is None and host.succeeded == []
 
 
+def test_a_release_right_after_the_anchor_is_in_is_never_followed_by_success(lynx_side, monkeypatch):
+    """The consumer releases the room the moment its anchor is in: success is reported before
+    the release returns, or not at all, never after it (a later request may reuse the room id)."""
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, frames = messages(side, key)
+    table = type(side._rooms)
+    anchored = table.anchored
+
+    def anchored_then_released(self, room):
+        result = anchored(self, room)
+        if result and side.room_state(room) is not None:
+            side.release(room)
+            host.succeeded.append("released")
+        return result
+
+    monkeypatch.setattr(table, "anchored", anchored_then_released)
+    deliver(side, [manifest.seal(key)] + frames[0] + frames[255])
+    assert side.room_state(ROOM) is None and "released" in host.succeeded
+    assert host.succeeded[-1] == "released", f"success reported after the release: {host.succeeded}"
+
+
 class RecordingPool:
     """A pool view that logs its metadata writes and each `synchronize` with the room's state then."""
 
