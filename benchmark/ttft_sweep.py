@@ -78,6 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--chunk-ms", type=float, default=10.0,
                         help="frame size as time on the emulated link (--lynx-chunk-bytes = rate x this, "
                              "4 KiB..1 MiB); 0 keeps the server default")
+    parser.add_argument("--chunked-prefill-size", type=int, default=512,
+                        help="the PD servers' --chunked-prefill-size: the prefill computes (and Lynx sends) the "
+                             "prompt chunk by chunk; the floor's single server keeps SGLang's default")
     parser.add_argument("--floor", action="store_true",
                         help="also time a single non-disaggregated server on the same prompts (the floor)")
     parser.add_argument("--repeats", type=int, default=3)
@@ -164,7 +167,8 @@ def main(argv=None) -> int:
         if frame is not None:
             lynx_args += ["--lynx-chunk-bytes", str(frame)]
         log_dir = Path(args.log_dir) / f"{mode}-{rate}-{segment}-{transport}"
-        with PDDeployment(model, lynx_args, extra_args=CPU_MODEL_ARGS, log_dir=log_dir, max_total_tokens=32768) as pd:
+        server_args = [*CPU_MODEL_ARGS, "--chunked-prefill-size", str(args.chunked_prefill_size)]
+        with PDDeployment(model, lynx_args, extra_args=server_args, log_dir=log_dir, max_total_tokens=32768) as pd:
             for tokens in _ints(args.prompt_tokens):
                 prefill_s = prefill_seconds(pd, tokenizer, tokens)
                 prefill_times.setdefault(tokens, []).append(prefill_s)

@@ -16,7 +16,7 @@ def pd_bodies(model_path):
 
 
 @pytest.fixture(scope="session")
-def pd_runs(model_path, pd_bodies, server_logs):
+def pd_runs(model_path, pd_bodies, server_logs, request):
     secret = server_logs / "pd-modes-secret"
     secret.write_text(secrets.token_hex(32))
-    return LazyRuns(model_path, pd_bodies, server_logs, secret)
+    return LazyRuns(model_path, pd_bodies, server_logs, secret, extended=request.config.getoption("--extended"))

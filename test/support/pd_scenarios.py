@@ -31,6 +31,8 @@ from request_types import request_types
 PROMPT_TOKENS = (512, 1024, 2048)
 MAX_TOKENS = 32
 SLOW_LINK = ("--lynx-link-gbps", "0.03")  # the residual lands after several decode steps
+# A short prompt's residual (~0.23 MB) lands ~0.6 s after its anchor: several decode steps.
+DISTRIBUTION_LINK = ("--lynx-link-gbps", "0.003")
 MOONCAKE = ("--lynx-transport", "mooncake")
 TOP_LOGPROBS = 20  # what references report per output position
 DISTRIBUTION_SEEDS = range(1000, 1096)  # one short sampled request per seed
@@ -42,6 +44,7 @@ class Deployment:
     lynx_args: tuple[str, ...]
     single: bool = False  # a non-disaggregated server instead of a PD pair
     suites: tuple[str, ...] = ("greedy",)
+    extended_suites: tuple[str, ...] = ()  # run only in the extended tier
     reference: bool = False  # request top logprobs (a reference must not change what it decodes)
     isolated: bool = False  # run in a private network namespace (Mooncake listens on every interface)
     extended: bool = False  # only the extended tier starts it
@@ -59,15 +62,20 @@ DEPLOYMENTS = (
     Deployment(
         "int8",
         ("--lynx-mode", "int8"),
-        suites=("greedy", "stops", "sampling", "distribution", "types"),
+        suites=("greedy", "stops", "sampling", "types"),
+        extended_suites=("distribution",),
         reference=True,
     ),
     Deployment("int4", ("--lynx-mode", "int4"), suites=("short",)),
     Deployment(
         "lynx",
         ("--lynx-mode", "lynx", *SLOW_LINK, "--enable-metrics"),
-        suites=("greedy", "stops", "sampling", "sampling-again", "concurrent", "distribution", "openai", "types"),
+        suites=("greedy", "stops", "sampling", "sampling-again", "concurrent", "openai", "types"),
     ),
+    # Short sampled requests on a link so slow that each residual lands several decode
+    # steps after its anchor, so every one of them drafts on its anchor.
+    Deployment("lynx-distribution", ("--lynx-mode", "lynx", *DISTRIBUTION_LINK), suites=(),
+               extended_suites=("distribution",), extended=True),
     Deployment("bf16-types", ("--lynx-mode", "bf16"), suites=("types",), extended=True),
     Deployment("int4-types", ("--lynx-mode", "int4"), suites=("types",), extended=True),
     # Rollbacks (a 2-bit anchor) with KV pages of 16: only whole pages past the kept tokens go back.
@@ -161,20 +169,23 @@ def _settled(server: SGLangServer, like: dict, wait_s: float = 30.0) -> dict:
 class LazyRuns:
     """Deployment name -> `Run`, each deployment started the first time a test needs it."""
 
-    def __init__(self, model_path, bodies: dict, log_dir, secret_file) -> None:
+    def __init__(self, model_path, bodies: dict, log_dir, secret_file, extended: bool = False) -> None:
         self._args = (model_path, bodies, log_dir, secret_file)
+        self.extended = extended
         self._runs: dict[str, Run] = {}
         self._by_name = {d.name: d for d in DEPLOYMENTS}
 
     def __getitem__(self, name: str) -> Run:
         if name not in self._runs:
-            self._runs[name] = run_deployment(self._by_name[name], *self._args)
+            self._runs[name] = run_deployment(self._by_name[name], *self._args, extended=self.extended)
         return self._runs[name]
 
 
-def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_file) -> Run:
+def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_file, extended: bool = False) -> Run:
+    """Start `dep`, send it its suites (with its extended ones in the extended tier), stop it."""
     if dep.isolated and os.environ.get(INSIDE_ENV) != "1":
-        return _run_isolated(dep, model_path, bodies, log_dir, secret_file)
+        return _run_isolated(dep, model_path, bodies, log_dir, secret_file, extended)
+    suites = dep.suites + (dep.extended_suites if extended else ())
     run = Run()
     if dep.single:
         server = SGLangServer(
@@ -183,7 +194,7 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
             log_path=log_dir / f"{dep.name}.log",
         )
         with server:
-            _ask_all(dep, server.url, bodies, run)
+            _ask_all(dep, suites, server.url, bodies, run)
         return run
     args = [*dep.lynx_args, "--lynx-secret-file", str(secret_file)]
     radix = "--disaggregation-decode-enable-radix-cache" in dep.lynx_args
@@ -191,7 +202,7 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
         if radix:
             pd.decode.flush_cache()  # the tree keeps cached KV (warm-up's too): count slots without it
         run.free_before = _state(pd.decode)
-        _ask_all(dep, pd.url, bodies, run, pd)
+        _ask_all(dep, suites, pd.url, bodies, run, pd)
         if radix:
             pd.decode.flush_cache()
         run.free_after = _settled(pd.decode, run.free_before)
@@ -201,22 +212,22 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
     return run
 
 
-def _run_isolated(dep: Deployment, model_path, bodies: dict, log_dir, secret_file) -> Run:
+def _run_isolated(dep: Deployment, model_path, bodies: dict, log_dir, secret_file, extended: bool) -> Run:
     """`run_deployment` of `dep` in a private network namespace, through this file's command line."""
     folder = Path(log_dir) / dep.name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "bodies.json").write_text(json.dumps(bodies))
     command = [sys.executable, __file__, dep.name, str(model_path), str(folder / "bodies.json"), str(log_dir),
-               str(secret_file), str(folder / "run.json")]  # fmt: skip
+               str(secret_file), str(folder / "run.json"), "extended" if extended else "default"]  # fmt: skip
     result = run_isolated(command, capture_output=True, text=True, timeout=3600)
     if result.returncode != 0:
         raise RuntimeError(f"deployment {dep.name} failed in its namespace:\n{result.stderr[-3000:]}")
     return Run(**json.loads((folder / "run.json").read_text()))
 
 
-def _ask_all(dep: Deployment, url: str, bodies: dict, run: Run, pd: PDDeployment | None = None) -> None:
+def _ask_all(dep: Deployment, suites, url: str, bodies: dict, run: Run, pd: PDDeployment | None = None) -> None:
     extra = {"return_logprob": True, "top_logprobs_num": TOP_LOGPROBS} if dep.reference else {}
-    for suite in dep.suites:
+    for suite in suites:
         if suite == "types":
             run.outputs[suite] = _ask_types(dep, url, pd, bodies[suite], extra)
             continue
@@ -301,8 +312,9 @@ def top_logprobs(answer: dict) -> list[dict[int, float]]:
 
 
 if __name__ == "__main__":
-    # python pd_scenarios.py NAME MODEL BODIES_JSON LOG_DIR SECRET_FILE OUT_JSON (see `_run_isolated`)
-    name, model, bodies_file, logs, secret, out = sys.argv[1:7]
+    # python pd_scenarios.py NAME MODEL BODIES_JSON LOG_DIR SECRET_FILE OUT_JSON TIER (see `_run_isolated`)
+    name, model, bodies_file, logs, secret, out, tier = sys.argv[1:8]
     chosen = next(d for d in DEPLOYMENTS if d.name == name)
-    result = run_deployment(chosen, model, json.loads(Path(bodies_file).read_text()), Path(logs), secret)
+    bodies = json.loads(Path(bodies_file).read_text())
+    result = run_deployment(chosen, model, bodies, Path(logs), secret, extended=tier == "extended")
     Path(out).write_text(json.dumps(asdict(result)))
