@@ -6,7 +6,8 @@ The shared pair (`slow_pd`) runs `int8` mode on an emulated 0.02 Gbit/s link
 timeout, so only a real stall trips it) with a small KV pool. Requests go
 straight to both servers (`generate_direct`) so a test knows their bootstrap
 room. The kill tests share a `lynx`-mode pair (`kill_pd`) whose prefill server they
-kill, during the anchor and during the residual, and restart. What cannot be timed on a real pair (a release during the anchor write,
+kill, while it computes the prompt, during the anchor and during the residual, and
+restart. What cannot be timed on a real pair (a release during the anchor write,
 an abort during encoding, replayed or forged messages) is covered by the unit
 tests of both sides (`test/lynx_patches/pd`).
 """
@@ -261,6 +262,28 @@ def _serving_prefill(pd: PDDeployment, model_path, server_logs) -> PDDeployment:
         pd.prefill = SGLangServer(model_path, command, log_path=log)
         pd.prefill.start().wait_ready()
     return pd
+
+
+def test_killing_prefill_while_it_computes_the_prompt_fails_the_request_and_decode_keeps_serving(
+    kill_pd, model_path, server_logs, tokenizer
+):
+    """The decode server has reserved the slots and the prefill is computing (or encoding) the
+    prompt when it dies: no KV was announced, so SGLang's heartbeat notices the lost peer."""
+    pd = _serving_prefill(kill_pd, model_path, server_logs)
+    free = _lynx_state(pd.decode)["kv_free_slots"]
+    answers = {}
+    request = threading.Thread(target=lambda: answers.update(zip(("prefill", "decode"),
+                                                                 pd.generate_direct(_body(tokenizer, 2048), _room()))))
+    request.start()
+    state = _wait_state(pd.decode, lambda s: bool(s["rooms_by_state"].get("reserved")))
+    assert state["rooms_by_state"].get("reserved"), f"the decode server never reserved the room: {state}"
+    pd.prefill.stop(grace=0)
+    request.join(timeout=300)
+    assert not request.is_alive(), "the request hung after its prefill server died"
+    decode = answers["decode"]
+    assert isinstance(decode, str) and "prefill" in decode.lower() and "Traceback" not in decode, decode
+    assert _wait_free(pd.decode, free) == free
+    _serves_small_request(_serving_prefill(pd, model_path, server_logs))
 
 
 def test_killing_prefill_while_the_anchor_is_on_the_wire_fails_the_request_and_decode_keeps_serving(
