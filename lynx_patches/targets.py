@@ -133,8 +133,11 @@ USED = (
     *_instance(
         _SCHEDULER,
         "server_args model_config tp_worker req_to_token_pool token_to_kv_pool_allocator tree_cache "
-        "spec_algorithm page_size max_total_num_tokens waiting_queue output_streamer metrics_reporter idle_sleeper",
+        "spec_algorithm page_size max_total_num_tokens waiting_queue output_streamer metrics_reporter idle_sleeper "
+        "attn_tp_cpu_group",
     ),
+    # The decode ranks' one all-reduce per residual decision (lynx_patches.speculate.agree).
+    "sglang.srt.disaggregation.utils.all_reduce_flags(flags, group, op)",
     "sglang.srt.configs.model_config.ModelConfig().vocab_size",
     f"{_COMPONENTS}.metrics_reporter.SchedulerMetricsReporter().enable_metrics",
     f"{_COMPONENTS}.output_streamer.SchedulerOutputStreamer.stream_output(reqs, return_logprob)",

@@ -173,9 +173,12 @@ class DecodeSide:
         Scheduler thread, between forward passes (the slots are read by the
         next one); call it each iteration while the room is anchored: each
         segment is applied once, as soon as its residual has landed. True once
-        every segment is applied (the room is then complete).
+        every segment is applied (the room is then complete), and on every call
+        after that (another decode rank may still be applying its own).
         """
         entry = self._rooms.get(room)
+        if entry is not None and entry.state is RoomState.COMPLETE:
+            return True
         assembly = entry.assembly if entry is not None else None
         if assembly is None or entry.state not in (RoomState.ANCHORED, RoomState.LANDED):
             return False

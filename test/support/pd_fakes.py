@@ -120,3 +120,75 @@ def wait_for(condition, timeout_s: float = 30.0) -> bool:
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)
     return bool(condition())
+
+
+class LockstepGroup:
+    """The CPU group of `size` decode ranks, each run in its own thread (`run_ranks`):
+    every collective waits for all of them, as gloo's do, and lists must line up."""
+
+    def __init__(self, size: int) -> None:
+        import threading
+
+        self.size = size
+        self._barrier = threading.Barrier(size)
+        self._slots: list = [None] * size
+
+    def _exchange(self, rank: int, obj) -> list:
+        self._slots[rank] = obj
+        self._barrier.wait(timeout=10)
+        everyone = list(self._slots)
+        self._barrier.wait(timeout=10)
+        return everyone
+
+    def agreement(self, rank: int):
+        """Rank `rank`'s `RankAgreement` over this group."""
+        from lynx_patches.speculate.agree import RankAgreement
+
+        def reduce_max(flags):
+            everyone = self._exchange(rank, list(flags))
+            if any(len(other) != len(flags) for other in everyone):
+                raise AssertionError(f"ranks reduce lists of different lengths: {everyone}")
+            return [max(column) for column in zip(*everyone)]
+
+        return RankAgreement(reduce_max, lambda obj: self._exchange(rank, obj), self.size)
+
+
+def run_ranks(worlds, step):
+    """Run `step(world)` for every rank's world at once, one thread each; re-raise the first error."""
+    import threading
+
+    errors, results = [], [None] * len(worlds)
+
+    def run(index):
+        try:
+            results[index] = step(worlds[index])
+        except BaseException as exc:  # re-raised below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(worlds))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def gloo_agreement_rank(rank: int, port: int, views, out) -> None:
+    """One rank of a real two-process gloo group (a spawned process): agree `views[rank]`, gather a
+    reason from rank 1, put ``(rank, size, agreed, reasons)`` on `out`."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from lynx_patches.speculate.agree import RankAgreement
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        agreement = RankAgreement.of(SimpleNamespace(attn_tp_cpu_group=dist.new_group(backend="gloo")))
+        agreed = agreement.agree(views[rank])
+        reasons = agreement.reasons(["lost here" if rank == 1 else None])
+        out.put((rank, agreement.size, [int(r) for r in agreed], reasons))
+    finally:
+        dist.destroy_process_group()
