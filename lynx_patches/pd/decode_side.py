@@ -14,6 +14,14 @@ write, and a failed or closing room is never written), then the room is
 reported done and SGLang starts decoding. In one-stream modes that is the
 whole KV. In ``lynx`` mode the residual keeps streaming in; once it has landed
 the scheduler thread takes it (`take_landed`) between forward passes.
+
+Under tensor parallelism a decode rank holds a share of the KV heads
+(`PoolView.shard`). When the prefill server runs more ranks than the decode
+server, several prefill ranks hold this rank's heads: the request is then
+reserved as one room per source (its *parts*, numbered by `lynx.heads`), each
+with its own manifest naming the heads it carries, written into those heads
+only. The request's state is that of all its parts: it is anchored when every
+part is, complete when every part is, and a failure of one part fails all.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import torch
 from lynx.config import LynxConfig
+from lynx.heads import HeadSlice, placement, transfer_room, uncovered
 from lynx.manifest import ManifestAuthError, ManifestError, manifest_room, open_manifest
 from lynx.transfer.frames import (
     FrameError,
@@ -34,7 +43,7 @@ from lynx.transfer.frames import (
     verify_alive,
 )
 from lynx.transfer.keys import new_nonce, transfer_key
-from lynx.transfer.rooms import Room, RoomState, RoomTable
+from lynx.transfer.rooms import DuplicateRoom, Room, RoomState, RoomTable
 from lynx.transfer.segments import SegmentedAssembly
 from lynx.transfer.select import make_listener
 from lynx.transfer.supervise import Supervisor
@@ -80,6 +89,7 @@ class DecodeSide:
         self.supervisor = Supervisor(self._on_crash)
         self.dropped = 0
         self._handling: int | None = None  # the room the data thread's message names, while it handles it
+        self._parts: dict[int, tuple[int, ...]] = {}  # request room -> the transfer rooms of its parts
 
     @property
     def data_endpoint(self) -> str:
@@ -118,12 +128,26 @@ class DecodeSide:
             self._claims.add(room)
             return True
 
-    def reserve(self, room: int, slots: np.ndarray, aux_index: int, since: float, peer: str, endpoints=()) -> bytes:
-        """Expect `room`'s KV into `slots` (exactly that many tokens); returns its transfer nonce."""
+    def reserve(
+        self, room: int, slots: np.ndarray, aux_index: int, since: float, peer: str, endpoints=(), sources: int = 1
+    ) -> bytes:
+        """Expect `room`'s KV into `slots` (exactly that many tokens) from `sources` prefill ranks
+        (one part each); returns its transfer nonce, shared by the parts."""
         nonce = new_nonce()
-        entry = Room(room, np.asarray(slots, dtype=np.int64), aux_index, transfer_key(self._secret, nonce), since, peer)
-        entry.extra.update(endpoints=tuple(endpoints), nonce=nonce)
-        self._rooms.reserve(entry)
+        key = transfer_key(self._secret, nonce)
+        parts: list[int] = []
+        try:
+            for part in range(sources):
+                entry = Room(transfer_room(room, part), np.asarray(slots, dtype=np.int64), aux_index, key, since, peer)
+                entry.extra.update(endpoints=tuple(endpoints), nonce=nonce, request=room, part=part)
+                self._rooms.reserve(entry)
+                parts.append(entry.room)
+        except DuplicateRoom:
+            for wire in parts:
+                self._rooms.close(wire)
+            raise
+        with self._claims_lock:
+            self._parts[room] = tuple(parts)
         return nonce
 
     def reservation(self, room: int) -> Reservation | None:
@@ -132,40 +156,69 @@ class DecodeSide:
         return None if entry is None else Reservation(entry.num_tokens, entry.extra["nonce"])
 
     def room_state(self, room: int) -> RoomState | None:
-        return self._rooms.state(room)
+        """The request's state: FAILED if a part failed, else its least advanced part's; None if gone."""
+        states = [self._rooms.state(wire) for wire in self.parts(room)]
+        if None in states:
+            return None
+        if RoomState.FAILED in states:
+            return RoomState.FAILED
+        return min(states, key=_ORDER.index)
 
     def timings(self, room: int) -> dict[str, float]:
-        """The room's milestones so far (seconds since the request arrived); {} if it is gone."""
-        return self._rooms.timings(room)
+        """The request's milestones so far (seconds since it arrived; its last part's); {} if it is gone."""
+        merged: dict[str, float] = {}
+        for wire in self.parts(room):
+            for name, value in self._rooms.timings(wire).items():
+                merged[name] = max(value, merged.get(name, value))
+        return merged
 
     def live_count(self) -> int:
-        return len(self._rooms.live())
+        """Requests with a live transfer on this rank."""
+        requests = set()
+        for wire in self._rooms.live():
+            entry = self._rooms.get(wire)
+            if entry is not None:
+                requests.add(entry.extra.get("request", wire))
+        return len(requests)
 
     def rooms_by_state(self) -> dict[str, int]:
+        """Transfer rooms (parts) per state."""
         return self._rooms.count_by_state()
 
+    def parts(self, room: int) -> tuple[int, ...]:
+        """The transfer rooms of request `room` (the room itself when one prefill rank sends it all)."""
+        with self._claims_lock:
+            return self._parts.get(room, (room,))
+
     def check(self, room: int) -> str | None:
-        """The room's failure (its deadline is checked first), or None."""
-        return self._rooms.expire(room)
+        """The request's failure (every part's deadline is checked first), or None."""
+        for wire in self.parts(room):
+            reason = self._rooms.expire(wire)
+            if reason is not None:
+                for other in self.parts(room):
+                    self._rooms.fail(other, reason)
+                return reason
+        return None
 
     def release(self, room: int) -> None:
         """The receiver is done: drop the room unless the consumer owns it. Waits for a write."""
         with self._claims_lock:
             self._claims.discard(room)
-        self._rooms.close(room, owner="transfer")
+        self._close(room, owner="transfer")
 
     # --- the consumer's side (the speculation controller, scheduler thread) ----------------
 
     def hand_over(self, room: int) -> None:
         """The consumer owns the room from now on: the receiver's `release` leaves it alone."""
-        self._rooms.hand_over(room)
+        for wire in self.parts(room):
+            self._rooms.hand_over(wire)
 
     def forget(self, room: int) -> None:
         """The request ended: drop the room; if KV is still coming, ask the prefill to stop."""
-        state = self._rooms.state(room)
-        entry = self._rooms.close(room)
-        if entry is not None and state not in (RoomState.LANDED, RoomState.COMPLETE):
-            self._host.cancel(room, entry.extra.get("endpoints", ()))
+        states = [self._rooms.state(wire) for wire in self.parts(room)]
+        entries = self._close(room)
+        if entries and any(state not in (RoomState.LANDED, RoomState.COMPLETE) for state in states):
+            self._host.cancel(room, entries[0].extra.get("endpoints", ()))
 
     def apply_residual(self, room: int) -> bool:
         """Rewrite the slots of every landed residual segment with the full reconstruction.
@@ -173,36 +226,58 @@ class DecodeSide:
         Scheduler thread, between forward passes (the slots are read by the
         next one); call it each iteration while the room is anchored: each
         segment is applied once, as soon as its residual has landed. True once
-        every segment is applied (the room is then complete), and on every call
-        after that (another decode rank may still be applying its own).
+        every segment of every part is applied (the room is then complete),
+        and on every call after that (another decode rank may still be
+        applying its own).
         """
-        entry = self._rooms.get(room)
-        if entry is not None and entry.state is RoomState.COMPLETE:
+        entries = [self._rooms.get(wire) for wire in self.parts(room)]
+        if None in entries:
+            return False
+        done = [self._apply_part(entry) for entry in entries]
+        return all(done)
+
+    def _apply_part(self, entry: Room) -> bool:
+        if entry.state is RoomState.COMPLETE:
             return True
-        assembly = entry.assembly if entry is not None else None
+        assembly = entry.assembly
         if assembly is None or entry.state not in (RoomState.ANCHORED, RoomState.LANDED):
             return False
         pool = self.pool
+        k_buffers, v_buffers = pool.head_buffers(*entry.extra["heads"])
         for k, shape in enumerate(entry.extra["segments"]):
             if k in assembly.residuals_applied or not assembly.segment_ready(k):
                 continue
             streams = [as_tensor(assembly.buffer(k, s)) for s in range(assembly.num_streams)]
             index = pool.slot_index(_segment_slots(entry, shape))
-            self.wire.upgrade(streams, shape, pool.k_buffers, pool.v_buffers, index)
+            self.wire.upgrade(streams, shape, k_buffers, v_buffers, index)
             assembly.residuals_applied.add(k)
         if len(assembly.residuals_applied) < assembly.num_segments:
             return False
-        return self._rooms.take_landed(room) is not None
+        return self._rooms.take_landed(entry.room) is not None
 
     def on_prefill_failure(self, room: int, reason: str) -> None:
         """A prefill rank reports it cannot deliver the room's KV."""
         self._fail(room, reason)
 
     def fail_peer(self, peer: str, reason: str) -> None:
-        """The sender `peer` is gone: fail every room still expecting bytes from it."""
-        for room in self._rooms.rooms_of(peer):
-            if self._rooms.state(room) is not RoomState.COMPLETE:
-                self._fail(room, reason)
+        """The sender `peer` is gone: fail every request still expecting bytes from it."""
+        for wire in self._rooms.rooms_of(peer):
+            entry = self._rooms.get(wire)
+            if entry is not None and self.room_state(entry.extra.get("request", wire)) is not RoomState.COMPLETE:
+                self._fail(wire, reason)
+
+    def _close(self, room: int, owner: str | None = None) -> list[Room]:
+        """Close every part of the request (of `owner` only, if given); forget its parts once none is left."""
+        wires = self.parts(room)
+        closed = [entry for wire in wires if (entry := self._rooms.close(wire, owner=owner)) is not None]
+        if all(self._rooms.get(wire) is None for wire in wires):
+            with self._claims_lock:
+                self._parts.pop(room, None)
+        return closed
+
+    def _request_of(self, wire: int) -> int:
+        entry = self._rooms.get(wire)
+        return wire if entry is None else entry.extra.get("request", wire)
 
     # --- data thread ----------------------------------------------------------------------
 
@@ -239,12 +314,15 @@ class DecodeSide:
             self._fail(doomed, reason)
 
     def _fail(self, room: int, reason: str) -> None:
-        if not self._rooms.fail(room, reason):
+        """Fail the request `room` (a request or one of its parts names it): every part of it."""
+        request = self._request_of(room)
+        failed = [self._rooms.fail(wire, reason) for wire in self.parts(request)]
+        if not any(failed):
             return
-        logger.error("Lynx decode: room %s failed: %s", room, reason)
-        entry = self._rooms.get(room)
+        logger.error("Lynx decode: room %s failed: %s", request, reason)
+        entry = self._rooms.get(request)
         if entry is not None and entry.owner == "transfer":
-            self._host.fail(room, reason)
+            self._host.fail(request, reason)
         else:
             self.landed.set()  # the consumer sees the failure on its next pass
 
@@ -263,17 +341,39 @@ class DecodeSide:
         except ManifestError as exc:
             return self._fail(room, f"rejected manifest: {exc}")
         pool = self.pool
-        problem = manifest.mismatch(self.wire, pool.shape(entry.num_tokens), self.config.preset)
+        try:
+            offset = placement(pool.shard, manifest.first_head, manifest.kv_heads)
+        except ValueError as exc:
+            return self._fail(room, f"rejected manifest: {exc}")
+        problem = manifest.mismatch(self.wire, pool.shape(entry.num_tokens, manifest.kv_heads), self.config.preset)
         if problem is None and manifest.aux_size != pool.aux_size:
             problem = f"aux of {manifest.aux_size} bytes, this server's metadata rows are different"
         if problem is not None:
             return self._fail(room, problem)
+        entry.extra["heads"] = (offset, manifest.kv_heads)
         entry.extra["segments"] = self.wire.segment_shapes(manifest.shape, manifest.segment_tokens)
         assembly = SegmentedAssembly(room, manifest.segment_sizes(self.wire), manifest.aux_size)
         problem = self._rooms.start_receiving(room, manifest, assembly)
         if problem is not None:
             return self._drop(room, problem)
-        self._host.transferring(room)
+        problem = self._coverage(entry.extra["request"])
+        if problem is not None:
+            return self._fail(room, problem)
+        self._host.transferring(entry.extra["request"])
+
+    def _coverage(self, request: int) -> str | None:
+        """Once every part of the request is announced: why their heads are not exactly this rank's, or None."""
+        entries = [self._rooms.get(wire) for wire in self.parts(request)]
+        if any(entry is None or entry.manifest is None for entry in entries):
+            return None
+        slices = [HeadSlice(e.manifest.first_head, e.manifest.kv_heads) for e in entries]
+        carried = [h for s in slices for h in range(s.first, s.first + s.count)]
+        if len(carried) != len(set(carried)):
+            return f"the prefill ranks announced overlapping KV heads {sorted(slices)}"
+        missing = uncovered(self.pool.shard, slices)
+        if missing:
+            return f"no prefill rank sends KV heads {missing} of this decode rank (heads sent: {sorted(slices)})"
+        return None
 
     def _on_frame(self, msg: list[bytes]) -> None:
         room = peek_room(msg)
@@ -298,27 +398,31 @@ class DecodeSide:
 
     def _land_anchors(self, entry: Room, assembly: SegmentedAssembly) -> None:
         """Write every segment whose anchor is whole into its slots; with the last one and the
-        metadata in, the request may start decoding: report Success."""
+        metadata in, the part is anchored; with every part anchored, the request may start
+        decoding: report Success."""
         for k in range(assembly.num_segments):
             if k not in assembly.anchors_written and assembly.anchor_ready(k):
                 if not self._write(entry, assembly, k):
                     return
         if len(assembly.anchors_written) == assembly.num_segments and assembly.aux_ready:
+            request = entry.extra["request"]
             if self._write(entry, assembly, None):
-                self._rooms.if_anchored(entry.room, self._host.succeed)
+                self._rooms.if_all_anchored(self.parts(request), lambda: self._host.succeed(request))
 
     def _write(self, entry: Room, assembly: SegmentedAssembly, segment: int | None) -> bool:
-        """Inside the room's write fence: one segment's anchor, or (None) the metadata, which
-        completes the anchor. False if the room may not be written any more."""
+        """Inside the room's write fence: one segment's anchor into the part's heads, or (None) the
+        metadata (part 0's; every part's completes its anchor). False if the room may not be
+        written any more."""
         pool = self.pool
         with self._rooms.writing(entry.room, final=segment is None) as allowed:
             if allowed and segment is not None:
                 shape = entry.extra["segments"][segment]
                 index = pool.slot_index(_segment_slots(entry, shape))
                 anchor = as_tensor(assembly.buffer(segment, 0))
-                self.wire.write([anchor], shape, pool.k_buffers, pool.v_buffers, index)
+                k_buffers, v_buffers = pool.head_buffers(*entry.extra["heads"])
+                self.wire.write([anchor], shape, k_buffers, v_buffers, index)
                 assembly.anchors_written.add(segment)
-            elif allowed:
+            elif allowed and entry.extra["part"] == 0:
                 pool.write_aux(entry.aux_index, assembly.aux_buffer())
             if allowed:
                 pool.synchronize()
@@ -332,6 +436,12 @@ def message_room(msg: list[bytes]) -> int | None:
         if room is not None:
             return room
     return None
+
+
+_ORDER = [
+    RoomState.RESERVED, RoomState.RECEIVING, RoomState.WRITING, RoomState.ANCHORED, RoomState.LANDED,
+    RoomState.COMPLETE, RoomState.CLOSED,
+]  # fmt: skip
 
 
 def _segment_slots(entry: Room, shape) -> np.ndarray:

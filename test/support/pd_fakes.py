@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from lynx.config import LynxConfig
+from lynx.heads import HeadShard
 from lynx.manifest import Manifest, dtype_name
 from lynx.transfer.frames import AUX_STREAM, FrameHeader, encode_frame
 from lynx.transfer.policy import chunk_spans
@@ -20,24 +21,31 @@ from lynx.transfer.policy import chunk_spans
 from lynx_patches.pd.pool import PoolView
 
 LAYERS, HEADS, DIM, SLOTS = 2, 2, 64, 64
+SHARD = HeadShard(1, 0, HEADS, HEADS)  # what a TP 1 rank of these pools holds
 AUX_LENS = (8, 16)
 SECRET = b"unit-test-secret-0123456789abcdef"
 
 
 @dataclass
 class FakePool:
-    """Per-layer bf16 K/V tensors and metadata rows, with their `PoolView` (page size 1)."""
+    """Per-layer bf16 K/V tensors and metadata rows, with their `PoolView` (page size 1).
+
+    `shard` says which KV heads of a tensor-parallel model the pool holds (its
+    ``heads`` of them); None is every head, on one rank.
+    """
 
     seed: int = 0
     slots: int = SLOTS
+    shard: HeadShard | None = None
 
     def __post_init__(self) -> None:
         g = torch.Generator().manual_seed(self.seed)
-        self.k = [torch.randn(self.slots, HEADS, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
-        self.v = [torch.randn(self.slots, HEADS, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
+        heads = HEADS if self.shard is None else self.shard.heads
+        self.k = [torch.randn(self.slots, heads, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
+        self.v = [torch.randn(self.slots, heads, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
         self.aux_rows = [np.zeros((4, n), dtype=np.uint8) for n in AUX_LENS]
         ptrs = tuple(row.ctypes.data_as(ctypes.c_void_p).value for row in self.aux_rows)
-        self.view = PoolView(tuple(self.k), tuple(self.v), 1, ptrs, AUX_LENS)
+        self.view = PoolView(tuple(self.k), tuple(self.v), 1, ptrs, AUX_LENS, self.shard)
 
     def snapshot(self, slots) -> list[torch.Tensor]:
         return [t[list(slots)].clone() for t in self.k + self.v]
