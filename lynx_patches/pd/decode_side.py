@@ -33,7 +33,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import torch
 from lynx.config import LynxConfig
-from lynx.heads import HeadSlice, placement, transfer_room, uncovered
+from lynx.heads import HeadSlice, coverage_problem, placement, transfer_room
 from lynx.manifest import ManifestAuthError, ManifestError, manifest_room, open_manifest
 from lynx.transfer.frames import (
     FrameError,
@@ -43,7 +43,8 @@ from lynx.transfer.frames import (
     verify_alive,
 )
 from lynx.transfer.keys import new_nonce, transfer_key
-from lynx.transfer.rooms import DuplicateRoom, Room, RoomState, RoomTable
+from lynx.transfer.parts import PART, REQUEST, PartedRooms
+from lynx.transfer.rooms import Room, RoomState, RoomTable
 from lynx.transfer.segments import SegmentedAssembly
 from lynx.transfer.select import make_listener
 from lynx.transfer.supervise import Supervisor
@@ -80,6 +81,7 @@ class DecodeSide:
     def __init__(self, config: LynxConfig, secret: bytes, host: DecodeHost, bind_host: str, clock=None) -> None:
         self.config, self.wire, self._secret, self._host = config, config.wire, secret, host
         self._rooms = RoomTable(config.transfer_timeout, **({"clock": clock} if clock else {}))
+        self._requests = PartedRooms(self._rooms)
         self.landed = threading.Event()
         self._pool: PoolView | None = None
         self._pool_ready = threading.Event()
@@ -89,7 +91,6 @@ class DecodeSide:
         self.supervisor = Supervisor(self._on_crash)
         self.dropped = 0
         self._handling: int | None = None  # the room the data thread's message names, while it handles it
-        self._parts: dict[int, tuple[int, ...]] = {}  # request room -> the transfer rooms of its parts
 
     @property
     def data_endpoint(self) -> str:
@@ -132,22 +133,13 @@ class DecodeSide:
         self, room: int, slots: np.ndarray, aux_index: int, since: float, peer: str, endpoints=(), sources: int = 1
     ) -> bytes:
         """Expect `room`'s KV into `slots` (exactly that many tokens) from `sources` prefill ranks
-        (one part each); returns its transfer nonce, shared by the parts."""
+        (one part each, `lynx.transfer.parts`); returns its transfer nonce, shared by the parts."""
         nonce = new_nonce()
-        key = transfer_key(self._secret, nonce)
-        parts: list[int] = []
-        try:
-            for part in range(sources):
-                entry = Room(transfer_room(room, part), np.asarray(slots, dtype=np.int64), aux_index, key, since, peer)
-                entry.extra.update(endpoints=tuple(endpoints), nonce=nonce, request=room, part=part)
-                self._rooms.reserve(entry)
-                parts.append(entry.room)
-        except DuplicateRoom:
-            for wire in parts:
-                self._rooms.close(wire)
-            raise
-        with self._claims_lock:
-            self._parts[room] = tuple(parts)
+        key, slots = transfer_key(self._secret, nonce), np.asarray(slots, dtype=np.int64)
+        parts = [Room(transfer_room(room, part), slots, aux_index, key, since, peer) for part in range(sources)]
+        for entry in parts:
+            entry.extra.update(endpoints=tuple(endpoints), nonce=nonce)
+        self._requests.reserve(room, parts)
         return nonce
 
     def reservation(self, room: int) -> Reservation | None:
@@ -157,29 +149,15 @@ class DecodeSide:
 
     def room_state(self, room: int) -> RoomState | None:
         """The request's state: FAILED if a part failed, else its least advanced part's; None if gone."""
-        states = [self._rooms.state(wire) for wire in self.parts(room)]
-        if None in states:
-            return None
-        if RoomState.FAILED in states:
-            return RoomState.FAILED
-        return min(states, key=_ORDER.index)
+        return self._requests.state(room)
 
     def timings(self, room: int) -> dict[str, float]:
         """The request's milestones so far (seconds since it arrived; its last part's); {} if it is gone."""
-        merged: dict[str, float] = {}
-        for wire in self.parts(room):
-            for name, value in self._rooms.timings(wire).items():
-                merged[name] = max(value, merged.get(name, value))
-        return merged
+        return self._requests.timings(room)
 
     def live_count(self) -> int:
         """Requests with a live transfer on this rank."""
-        requests = set()
-        for wire in self._rooms.live():
-            entry = self._rooms.get(wire)
-            if entry is not None:
-                requests.add(entry.extra.get("request", wire))
-        return len(requests)
+        return self._requests.live_requests()
 
     def rooms_by_state(self) -> dict[str, int]:
         """Transfer rooms (parts) per state."""
@@ -187,37 +165,29 @@ class DecodeSide:
 
     def parts(self, room: int) -> tuple[int, ...]:
         """The transfer rooms of request `room` (the room itself when one prefill rank sends it all)."""
-        with self._claims_lock:
-            return self._parts.get(room, (room,))
+        return self._requests.parts(room)
 
     def check(self, room: int) -> str | None:
         """The request's failure (every part's deadline is checked first), or None."""
-        for wire in self.parts(room):
-            reason = self._rooms.expire(wire)
-            if reason is not None:
-                for other in self.parts(room):
-                    self._rooms.fail(other, reason)
-                return reason
-        return None
+        return self._requests.expire(room)
 
     def release(self, room: int) -> None:
         """The receiver is done: drop the room unless the consumer owns it. Waits for a write."""
         with self._claims_lock:
             self._claims.discard(room)
-        self._close(room, owner="transfer")
+        self._requests.close(room, owner="transfer")
 
     # --- the consumer's side (the speculation controller, scheduler thread) ----------------
 
     def hand_over(self, room: int) -> None:
         """The consumer owns the room from now on: the receiver's `release` leaves it alone."""
-        for wire in self.parts(room):
-            self._rooms.hand_over(wire)
+        self._requests.hand_over(room)
 
     def forget(self, room: int) -> None:
         """The request ended: drop the room; if KV is still coming, ask the prefill to stop."""
-        states = [self._rooms.state(wire) for wire in self.parts(room)]
-        entries = self._close(room)
-        if entries and any(state not in (RoomState.LANDED, RoomState.COMPLETE) for state in states):
+        state = self._requests.state(room)
+        entries = self._requests.close(room)
+        if entries and state not in (RoomState.LANDED, RoomState.COMPLETE):
             self._host.cancel(room, entries[0].extra.get("endpoints", ()))
 
     def apply_residual(self, room: int) -> bool:
@@ -230,11 +200,10 @@ class DecodeSide:
         and on every call after that (another decode rank may still be
         applying its own).
         """
-        entries = [self._rooms.get(wire) for wire in self.parts(room)]
+        entries = self._requests.entries(room)
         if None in entries:
             return False
-        done = [self._apply_part(entry) for entry in entries]
-        return all(done)
+        return all([self._apply_part(entry) for entry in entries])
 
     def _apply_part(self, entry: Room) -> bool:
         if entry.state is RoomState.COMPLETE:
@@ -262,22 +231,8 @@ class DecodeSide:
     def fail_peer(self, peer: str, reason: str) -> None:
         """The sender `peer` is gone: fail every request still expecting bytes from it."""
         for wire in self._rooms.rooms_of(peer):
-            entry = self._rooms.get(wire)
-            if entry is not None and self.room_state(entry.extra.get("request", wire)) is not RoomState.COMPLETE:
+            if self._requests.state(self._requests.request_of(wire)) is not RoomState.COMPLETE:
                 self._fail(wire, reason)
-
-    def _close(self, room: int, owner: str | None = None) -> list[Room]:
-        """Close every part of the request (of `owner` only, if given); forget its parts once none is left."""
-        wires = self.parts(room)
-        closed = [entry for wire in wires if (entry := self._rooms.close(wire, owner=owner)) is not None]
-        if all(self._rooms.get(wire) is None for wire in wires):
-            with self._claims_lock:
-                self._parts.pop(room, None)
-        return closed
-
-    def _request_of(self, wire: int) -> int:
-        entry = self._rooms.get(wire)
-        return wire if entry is None else entry.extra.get("request", wire)
 
     # --- data thread ----------------------------------------------------------------------
 
@@ -315,9 +270,8 @@ class DecodeSide:
 
     def _fail(self, room: int, reason: str) -> None:
         """Fail the request `room` (a request or one of its parts names it): every part of it."""
-        request = self._request_of(room)
-        failed = [self._rooms.fail(wire, reason) for wire in self.parts(request)]
-        if not any(failed):
+        request = self._requests.request_of(room)
+        if not self._requests.fail(request, reason):
             return
         logger.error("Lynx decode: room %s failed: %s", request, reason)
         entry = self._rooms.get(request)
@@ -356,24 +310,17 @@ class DecodeSide:
         problem = self._rooms.start_receiving(room, manifest, assembly)
         if problem is not None:
             return self._drop(room, problem)
-        problem = self._coverage(entry.extra["request"])
+        problem = self._coverage(entry.extra[REQUEST])
         if problem is not None:
             return self._fail(room, problem)
-        self._host.transferring(entry.extra["request"])
+        self._host.transferring(entry.extra[REQUEST])
 
     def _coverage(self, request: int) -> str | None:
         """Once every part of the request is announced: why their heads are not exactly this rank's, or None."""
-        entries = [self._rooms.get(wire) for wire in self.parts(request)]
+        entries = self._requests.entries(request)
         if any(entry is None or entry.manifest is None for entry in entries):
             return None
-        slices = [HeadSlice(e.manifest.first_head, e.manifest.kv_heads) for e in entries]
-        carried = [h for s in slices for h in range(s.first, s.first + s.count)]
-        if len(carried) != len(set(carried)):
-            return f"the prefill ranks announced overlapping KV heads {sorted(slices)}"
-        missing = uncovered(self.pool.shard, slices)
-        if missing:
-            return f"no prefill rank sends KV heads {missing} of this decode rank (heads sent: {sorted(slices)})"
-        return None
+        return coverage_problem(self.pool.shard, [HeadSlice(e.manifest.first_head, e.manifest.kv_heads) for e in entries])
 
     def _on_frame(self, msg: list[bytes]) -> None:
         room = peek_room(msg)
@@ -405,9 +352,9 @@ class DecodeSide:
                 if not self._write(entry, assembly, k):
                     return
         if len(assembly.anchors_written) == assembly.num_segments and assembly.aux_ready:
-            request = entry.extra["request"]
+            request = entry.extra[REQUEST]
             if self._write(entry, assembly, None):
-                self._rooms.if_all_anchored(self.parts(request), lambda: self._host.succeed(request))
+                self._requests.if_anchored(request, self._host.succeed)
 
     def _write(self, entry: Room, assembly: SegmentedAssembly, segment: int | None) -> bool:
         """Inside the room's write fence: one segment's anchor into the part's heads, or (None) the
@@ -422,7 +369,7 @@ class DecodeSide:
                 k_buffers, v_buffers = pool.head_buffers(*entry.extra["heads"])
                 self.wire.write([anchor], shape, k_buffers, v_buffers, index)
                 assembly.anchors_written.add(segment)
-            elif allowed and entry.extra["part"] == 0:
+            elif allowed and entry.extra[PART] == 0:
                 pool.write_aux(entry.aux_index, assembly.aux_buffer())
             if allowed:
                 pool.synchronize()
@@ -436,12 +383,6 @@ def message_room(msg: list[bytes]) -> int | None:
         if room is not None:
             return room
     return None
-
-
-_ORDER = [
-    RoomState.RESERVED, RoomState.RECEIVING, RoomState.WRITING, RoomState.ANCHORED, RoomState.LANDED,
-    RoomState.COMPLETE, RoomState.CLOSED,
-]  # fmt: skip
 
 
 def _segment_slots(entry: Room, shape) -> np.ndarray:

@@ -119,6 +119,17 @@ def uncovered(dst: HeadShard, slices: list[HeadSlice]) -> list[int]:
     return [h for h in needed if h not in carried]
 
 
+def coverage_problem(dst: HeadShard, slices: list[HeadSlice]) -> str | None:
+    """Why the heads that every source of decode rank `dst` announced are not exactly its heads, or None."""
+    carried = [h for s in slices for h in range(s.first, s.first + s.count)]
+    if len(carried) != len(set(carried)):
+        return f"the prefill ranks announced overlapping KV heads {sorted(slices)}"
+    missing = uncovered(dst, slices)
+    if missing:
+        return f"no prefill rank sends KV heads {missing} of this decode rank (heads sent: {sorted(slices)})"
+    return None
+
+
 def sources(src_tp: int, dst_tp: int) -> int:
     """How many prefill ranks send each decode rank its heads (SGLang pairs ranks this way)."""
     return src_tp // dst_tp if src_tp > dst_tp else 1

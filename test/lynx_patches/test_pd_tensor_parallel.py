@@ -17,7 +17,8 @@ parting token must be the reference's second choice within `NEAR_TIE_GAP`
 Default tier: prefill TP 2 -> decode TP 2 in ``lynx`` mode on a slow link (the
 decode ranks draft on their anchors and agree before each verify pass).
 Extended tier (`--extended`): the other modes at TP 2 -> TP 2, and the
-heterogeneous shapes.
+heterogeneous shapes (prefill TP 2 -> decode TP 1, TP 1 -> TP 2) in ``lynx``
+and ``int8`` modes.
 """
 
 from __future__ import annotations
@@ -153,3 +154,20 @@ def test_every_mode_prefill_tp2_to_decode_tp2_equals_tp1(model_path, bodies, ser
     run = run_pair(model_path, bodies, server_logs, secret_file, mode, 2, 2)
     assert run["free"][1] == run["free"][0]
     assert_equal_to_reference(reference, run["answers"], f"{mode} tp2->tp2")
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("mode", ["lynx", "int8"])
+@pytest.mark.parametrize("prefill_tp,decode_tp", [(2, 1), (1, 2)], ids=["tp2->tp1", "tp1->tp2"])
+def test_heterogeneous_tp_equals_tp1(
+    model_path, bodies, server_logs, secret_file, references, mode, prefill_tp, decode_tp
+):
+    """Each decode rank gets exactly its heads: from both prefill ranks (2 -> 1), or its share of the
+    one prefill rank's, which encodes each decode rank's heads apart (1 -> 2)."""
+    reference = references[mode]
+    run = run_pair(model_path, bodies, server_logs, secret_file, mode, prefill_tp, decode_tp)
+    assert run["tp"] == (prefill_tp, decode_tp) and run["free"][1] == run["free"][0]
+    label = f"{mode} tp{prefill_tp}->tp{decode_tp}"
+    assert_equal_to_reference(reference, run["answers"], label)
+    if mode == "lynx":
+        assert sum(a["meta_info"]["lynx"]["speculative_tokens"] for a in run["answers"]) > 0
