@@ -137,7 +137,7 @@ class SpecController:
                 self._finish(req, checkpoint=False)  # aborted while it waited
             else:
                 awaited.append(req)
-        agreed, local = self._residuals(awaited)
+        agreed, local, self.waiting_on_peers = self._residuals(awaited)
         failed = [(req, own) for req, verdict, own in zip(awaited, agreed, local) if verdict is Readiness.FAILED]
         if failed:
             reasons = self.agreement.reasons([own for _, own in failed])
@@ -162,7 +162,8 @@ class SpecController:
             if req.finished() or not state.anchor or state.speculated(len(req.output_ids)):
                 continue
             fresh.append(req)
-        agreed, _ = self._residuals(fresh)  # a failure is left to the next `before_schedule`
+        agreed, _, waiting = self._residuals(fresh)  # a failure is left to the next `before_schedule`
+        self.waiting_on_peers |= waiting
         landed = [req for req, verdict in zip(fresh, agreed) if verdict is Readiness.READY]
         if landed:
             self._verify_landed(landed, running_batch)
@@ -187,9 +188,10 @@ class SpecController:
         state.profile["upgrade_s"] = state.profile.get("upgrade_s", 0.0) + time.perf_counter() - started
         return done
 
-    def _residuals(self, reqs: list) -> tuple[list[Readiness], list[str | None]]:
+    def _residuals(self, reqs: list) -> tuple[list[Readiness], list[str | None], bool]:
         """Apply what has landed of each request's residual on this rank, then agree with the other
-        decode ranks: ``(agreed readiness, this rank's failure reasons)``, one each per request.
+        decode ranks: ``(agreed readiness, this rank's failure reasons)``, one each per request, and
+        whether a residual applied here waits for another rank.
 
         Every rank calls this in the same iteration with the same requests in
         the same order (the controller's state is alike on every rank), so the
@@ -207,10 +209,8 @@ class SpecController:
             else:
                 local.append(Readiness.READY if self._upgrade(state) else Readiness.PENDING)
         agreed = self.agreement.agree(local)
-        self.waiting_on_peers = any(
-            own is Readiness.READY and group is Readiness.PENDING for own, group in zip(local, agreed)
-        )
-        return agreed, reasons
+        waiting = any(own is Readiness.READY and group is Readiness.PENDING for own, group in zip(local, agreed))
+        return agreed, reasons, waiting
 
     def _verify_landed(self, landed: list, running_batch) -> None:
         """Verify every request whose KV is now full precision, those with held-back tokens in one pass."""
