@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -41,6 +43,38 @@ def test_the_request_is_as_far_as_its_least_advanced_part_and_anchored_when_all_
         pass
     assert rooms.anchored(7) and rooms.state(7) is RoomState.ANCHORED
     assert rooms.live_requests() == 1
+
+
+def _anchor(table, wire):
+    table.start_receiving(wire, object(), object())
+    with table.writing(wire):
+        pass
+
+
+def test_the_request_is_reported_anchored_once_every_part_is_and_a_close_of_a_part_waits_for_the_report(rooms):
+    table, reported = rooms.table, []
+    _anchor(table, 7)
+    assert not rooms.if_anchored(7, reported.append) and reported == []  # part 70 is still reserved
+    _anchor(table, 70)
+    inside, go = threading.Event(), threading.Event()
+
+    def slow_report(request):
+        inside.set()
+        go.wait(10)
+        reported.append(request)
+
+    reporter = threading.Thread(target=rooms.if_anchored, args=(7, slow_report))
+    reporter.start()
+    assert inside.wait(10)
+    closer = threading.Thread(target=table.close, args=(70,))
+    closer.start()
+    closer.join(0.2)
+    assert closer.is_alive(), "a part closed while the request's anchor was being reported"
+    go.set()
+    reporter.join(10)
+    closer.join(10)
+    assert reported == [7] and table.get(70) is None
+    assert not rooms.if_anchored(7, reported.append) and reported == [7]  # a part is gone: never again
 
 
 def test_a_part_that_stops_moving_fails_every_part(rooms):

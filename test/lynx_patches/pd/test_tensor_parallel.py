@@ -194,6 +194,30 @@ def test_a_decode_rank_fed_by_two_prefill_ranks_starts_only_when_both_anchors_ar
 
 
 @pytest.mark.parametrize("servers", [("lynx", 2, 1)], indirect=True)
+def test_a_release_right_after_the_last_part_is_anchored_is_never_followed_by_success(servers, monkeypatch):
+    """As with one part (test_decode_side): the consumer releases the request the moment its last
+    part's anchor is in; success is reported before the release returns, or not at all."""
+    servers.prefill_all()
+    servers.deliver(prefill_ranks={0})
+    (decode,), (host,) = servers.decodes, servers.decode_hosts
+    last = transfer_room(ROOM, 1)
+    table = type(decode._rooms)
+    anchored = table.anchored
+
+    def anchored_then_released(self, room):
+        result = anchored(self, room)
+        if result and room == last and decode.room_state(ROOM) is not None:
+            decode.release(ROOM)
+            host.succeeded.append("released")
+        return result
+
+    monkeypatch.setattr(table, "anchored", anchored_then_released)
+    servers.deliver(prefill_ranks={1})
+    assert decode.room_state(ROOM) is None and "released" in host.succeeded
+    assert host.succeeded[-1] == "released", f"success reported after the release: {host.succeeded}"
+
+
+@pytest.mark.parametrize("servers", [("lynx", 2, 1)], indirect=True)
 def test_a_failure_of_one_source_fails_the_whole_request(servers):
     servers.prefill_all()
     servers.deliver(prefill_ranks={0})
