@@ -86,12 +86,10 @@ def _prepare_disaggregation(server_args, config: LynxConfig) -> None:
         )
     if config.loopback:
         _fail("--lynx-loopback is for a non-disaggregated server; drop it or --disaggregation-mode")
-    if server_args.tp_size > 1 or server_args.pp_size > 1:
+    if server_args.pp_size > 1:
         _fail(
-            "the lynx transfer backend serves prefill/decode pairs with --tp-size 1 and --pp-size 1 so far "
-            "(each decode rank would need its own heads' rooms, and in lynx mode one residual-ready "
-            "decision agreed by every decode rank before a verify pass); a non-disaggregated server "
-            "with --lynx runs any --tp-size"
+            "the lynx transfer backend serves prefill/decode pairs with --pp-size 1 (each pipeline stage "
+            "would have to send its own layers' KV)"
         )
     server_args.disaggregation_transfer_backend = BACKEND
     if config.mode == "lynx" and server_args.disaggregation_mode == "decode":

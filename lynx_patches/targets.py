@@ -96,7 +96,7 @@ USED = (
     ),
     *_instance(
         f"{_COMMON}.CommonKVManager",
-        "kv_args local_ip rank_port attn_tp_size server_socket request_status req_to_decode_prefix_len "
+        "kv_args local_ip rank_port attn_tp_size attn_tp_rank server_socket request_status req_to_decode_prefix_len "
         "deferred_bootstrap",
     ),
     # `CommonKVSender.send` calls the manager's `add_transfer_request`, which the
@@ -133,9 +133,16 @@ USED = (
     *_instance(
         _SCHEDULER,
         "server_args model_config tp_worker req_to_token_pool token_to_kv_pool_allocator tree_cache "
-        "spec_algorithm page_size max_total_num_tokens waiting_queue output_streamer metrics_reporter idle_sleeper",
+        "spec_algorithm page_size max_total_num_tokens waiting_queue output_streamer metrics_reporter idle_sleeper "
+        "attn_tp_cpu_group",
     ),
+    # The decode ranks' one all-reduce per residual decision (lynx_patches.speculate.agree).
+    "sglang.srt.disaggregation.utils.all_reduce_flags(flags, group, op)",
     "sglang.srt.configs.model_config.ModelConfig().vocab_size",
+    # Which KV heads a TP rank holds (lynx_patches.pd.pool.head_shard); SGLang's CPU head padding
+    # also records `original_total_num_kv_heads` on the HF config, read with a fallback.
+    "sglang.srt.configs.model_config.ModelConfig().hf_config",
+    "sglang.srt.configs.model_config.ModelConfig.get_total_num_kv_heads",
     f"{_COMPONENTS}.metrics_reporter.SchedulerMetricsReporter().enable_metrics",
     f"{_COMPONENTS}.output_streamer.SchedulerOutputStreamer.stream_output(reqs, return_logprob)",
     f"{STREAM_ACCEPT}(req)",
@@ -179,7 +186,7 @@ USED = (
     f"{_POOL}.MHATokenToKVPool.set_kv_buffer(layer, loc_info, cache_k, cache_v)",
     f"{_POOL}.MHATokenToKVPool.get_key_buffer(layer_id)",
     f"{_POOL}.MHATokenToKVPool.get_value_buffer(layer_id)",
-    *_instance(f"{_POOL}.MHATokenToKVPool", "k_buffer v_buffer page_size dtype store_dtype"),
+    *_instance(f"{_POOL}.MHATokenToKVPool", "k_buffer v_buffer page_size dtype store_dtype head_num"),
     "sglang.srt.mem_cache.common.release_kv_cache(req, tree_cache, checkpoint)",
     "sglang.srt.mem_cache.common.checkpoint_kv_cache(req, tree_cache)",
     # The verify pass: a forward, its logits, SGLang's sampling state and sampler.

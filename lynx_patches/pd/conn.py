@@ -100,7 +100,9 @@ class LynxKVReceiver(_ClaimsItsRoom, CommonKVReceiver):
         try:
             slots = page_slots(kv_indices, page_size, tokens)
             room, since, peer = self.bootstrap_room, self.created_at, self.bootstrap_addr
-            self.lynx_side.reserve(room, slots, aux_index, since, peer, endpoints)
+            # One part per prefill rank holding some of this rank's heads (several when the
+            # prefill runs more TP ranks than this server).
+            self.lynx_side.reserve(room, slots, aux_index, since, peer, endpoints, sources=max(1, len(endpoints)))
         except (DuplicateRoom, ValueError) as exc:
             self._fail(str(exc))
             return

@@ -14,6 +14,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from lynx.heads import HeadShard
 from lynx.transfer.frames import seal, unseal
 from lynx.transfer.keys import NONCE_BYTES
 
@@ -74,8 +75,10 @@ def _check_address(address: str, host: str, endpoint: str) -> None:
 class DecodeRegistration:
     """A decode rank introducing itself to a prefill rank.
 
-    ``issued_ns`` orders registrations of one session: an older one (a replay)
-    never replaces a newer one.
+    ``heads`` says which KV heads the rank holds (its share under tensor
+    parallelism), so the prefill rank sends it exactly those. ``issued_ns``
+    orders registrations of one session: an older one (a replay) never
+    replaces a newer one.
     """
 
     ip: str
@@ -86,26 +89,30 @@ class DecodeRegistration:
     aux_item_lens: tuple[int, ...]
     wire_version: str
     issued_ns: int
+    heads: HeadShard
 
     def to_parts(self) -> list[bytes]:
         fields = (self.ip, self.port, self.session_id, self.tp_rank, self.attn_tp_size)
+        shard = self.heads
         return [
             REGISTER_TAG,
             *(str(f).encode() for f in fields),
             ",".join(str(n) for n in self.aux_item_lens).encode(),
             self.wire_version.encode(),
             str(self.issued_ns).encode(),
+            f"{shard.tp_size},{shard.tp_rank},{shard.heads},{shard.real_heads},{int(shard.replicated)}".encode(),
         ]
 
     @classmethod
     def from_parts(cls, parts: list[bytes]) -> DecodeRegistration:
         try:
-            if len(parts) != 9:
-                raise ValueError(f"{len(parts)} parts, expected 9")
+            if len(parts) != 10:
+                raise ValueError(f"{len(parts)} parts, expected 10 (is the decode server's Lynx older?)")
             lens = tuple(int(x) for x in parts[6].decode().split(",") if x)
+            size, rank, heads, real, replicated = (int(x) for x in parts[9].decode().split(","))
             return cls(
                 parts[1].decode(), int(parts[2]), parts[3].decode(), int(parts[4]), int(parts[5]),
-                lens, parts[7].decode(), int(parts[8]),
+                lens, parts[7].decode(), int(parts[8]), HeadShard(size, rank, heads, real, bool(replicated)),
             )  # fmt: skip
         except (ValueError, UnicodeDecodeError) as exc:
             raise ControlError(f"malformed decode registration: {exc}") from None

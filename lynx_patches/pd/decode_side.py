@@ -14,6 +14,14 @@ write, and a failed or closing room is never written), then the room is
 reported done and SGLang starts decoding. In one-stream modes that is the
 whole KV. In ``lynx`` mode the residual keeps streaming in; once it has landed
 the scheduler thread takes it (`take_landed`) between forward passes.
+
+Under tensor parallelism a decode rank holds a share of the KV heads
+(`PoolView.shard`). When the prefill server runs more ranks than the decode
+server, several prefill ranks hold this rank's heads: the request is then
+reserved as one room per source (its *parts*, numbered by `lynx.heads`), each
+with its own manifest naming the heads it carries, written into those heads
+only. The request's state is that of all its parts: it is anchored when every
+part is, complete when every part is, and a failure of one part fails all.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import torch
 from lynx.config import LynxConfig
+from lynx.heads import HeadSlice, coverage_problem, placement, transfer_room
 from lynx.manifest import ManifestAuthError, ManifestError, manifest_room, open_manifest
 from lynx.transfer.frames import (
     FrameError,
@@ -34,6 +43,7 @@ from lynx.transfer.frames import (
     verify_alive,
 )
 from lynx.transfer.keys import new_nonce, transfer_key
+from lynx.transfer.parts import PART, REQUEST, PartedRooms
 from lynx.transfer.rooms import Room, RoomState, RoomTable
 from lynx.transfer.segments import SegmentedAssembly
 from lynx.transfer.select import make_listener
@@ -71,6 +81,7 @@ class DecodeSide:
     def __init__(self, config: LynxConfig, secret: bytes, host: DecodeHost, bind_host: str, clock=None) -> None:
         self.config, self.wire, self._secret, self._host = config, config.wire, secret, host
         self._rooms = RoomTable(config.transfer_timeout, **({"clock": clock} if clock else {}))
+        self._requests = PartedRooms(self._rooms)
         self.landed = threading.Event()
         self._pool: PoolView | None = None
         self._pool_ready = threading.Event()
@@ -118,12 +129,17 @@ class DecodeSide:
             self._claims.add(room)
             return True
 
-    def reserve(self, room: int, slots: np.ndarray, aux_index: int, since: float, peer: str, endpoints=()) -> bytes:
-        """Expect `room`'s KV into `slots` (exactly that many tokens); returns its transfer nonce."""
+    def reserve(
+        self, room: int, slots: np.ndarray, aux_index: int, since: float, peer: str, endpoints=(), sources: int = 1
+    ) -> bytes:
+        """Expect `room`'s KV into `slots` (exactly that many tokens) from `sources` prefill ranks
+        (one part each, `lynx.transfer.parts`); returns its transfer nonce, shared by the parts."""
         nonce = new_nonce()
-        entry = Room(room, np.asarray(slots, dtype=np.int64), aux_index, transfer_key(self._secret, nonce), since, peer)
-        entry.extra.update(endpoints=tuple(endpoints), nonce=nonce)
-        self._rooms.reserve(entry)
+        key, slots = transfer_key(self._secret, nonce), np.asarray(slots, dtype=np.int64)
+        parts = [Room(transfer_room(room, part), slots, aux_index, key, since, peer) for part in range(sources)]
+        for entry in parts:
+            entry.extra.update(endpoints=tuple(endpoints), nonce=nonce)
+        self._requests.reserve(room, parts)
         return nonce
 
     def reservation(self, room: int) -> Reservation | None:
@@ -132,40 +148,47 @@ class DecodeSide:
         return None if entry is None else Reservation(entry.num_tokens, entry.extra["nonce"])
 
     def room_state(self, room: int) -> RoomState | None:
-        return self._rooms.state(room)
+        """The request's state: FAILED if a part failed, else its least advanced part's; None if gone."""
+        return self._requests.state(room)
 
     def timings(self, room: int) -> dict[str, float]:
-        """The room's milestones so far (seconds since the request arrived); {} if it is gone."""
-        return self._rooms.timings(room)
+        """The request's milestones so far (seconds since it arrived; its last part's); {} if it is gone."""
+        return self._requests.timings(room)
 
     def live_count(self) -> int:
-        return len(self._rooms.live())
+        """Requests with a live transfer on this rank."""
+        return self._requests.live_requests()
 
     def rooms_by_state(self) -> dict[str, int]:
+        """Transfer rooms (parts) per state."""
         return self._rooms.count_by_state()
 
+    def parts(self, room: int) -> tuple[int, ...]:
+        """The transfer rooms of request `room` (the room itself when one prefill rank sends it all)."""
+        return self._requests.parts(room)
+
     def check(self, room: int) -> str | None:
-        """The room's failure (its deadline is checked first), or None."""
-        return self._rooms.expire(room)
+        """The request's failure (every part's deadline is checked first), or None."""
+        return self._requests.expire(room)
 
     def release(self, room: int) -> None:
         """The receiver is done: drop the room unless the consumer owns it. Waits for a write."""
         with self._claims_lock:
             self._claims.discard(room)
-        self._rooms.close(room, owner="transfer")
+        self._requests.close(room, owner="transfer")
 
     # --- the consumer's side (the speculation controller, scheduler thread) ----------------
 
     def hand_over(self, room: int) -> None:
         """The consumer owns the room from now on: the receiver's `release` leaves it alone."""
-        self._rooms.hand_over(room)
+        self._requests.hand_over(room)
 
     def forget(self, room: int) -> None:
         """The request ended: drop the room; if KV is still coming, ask the prefill to stop."""
-        state = self._rooms.state(room)
-        entry = self._rooms.close(room)
-        if entry is not None and state not in (RoomState.LANDED, RoomState.COMPLETE):
-            self._host.cancel(room, entry.extra.get("endpoints", ()))
+        state = self._requests.state(room)
+        entries = self._requests.close(room)
+        if entries and state not in (RoomState.LANDED, RoomState.COMPLETE):
+            self._host.cancel(room, entries[0].extra.get("endpoints", ()))
 
     def apply_residual(self, room: int) -> bool:
         """Rewrite the slots of every landed residual segment with the full reconstruction.
@@ -173,33 +196,43 @@ class DecodeSide:
         Scheduler thread, between forward passes (the slots are read by the
         next one); call it each iteration while the room is anchored: each
         segment is applied once, as soon as its residual has landed. True once
-        every segment is applied (the room is then complete).
+        every segment of every part is applied (the room is then complete),
+        and on every call after that (another decode rank may still be
+        applying its own).
         """
-        entry = self._rooms.get(room)
-        assembly = entry.assembly if entry is not None else None
+        entries = self._requests.entries(room)
+        if None in entries:
+            return False
+        return all([self._apply_part(entry) for entry in entries])
+
+    def _apply_part(self, entry: Room) -> bool:
+        if entry.state is RoomState.COMPLETE:
+            return True
+        assembly = entry.assembly
         if assembly is None or entry.state not in (RoomState.ANCHORED, RoomState.LANDED):
             return False
         pool = self.pool
+        k_buffers, v_buffers = pool.head_buffers(*entry.extra["heads"])
         for k, shape in enumerate(entry.extra["segments"]):
             if k in assembly.residuals_applied or not assembly.segment_ready(k):
                 continue
             streams = [as_tensor(assembly.buffer(k, s)) for s in range(assembly.num_streams)]
             index = pool.slot_index(_segment_slots(entry, shape))
-            self.wire.upgrade(streams, shape, pool.k_buffers, pool.v_buffers, index)
+            self.wire.upgrade(streams, shape, k_buffers, v_buffers, index)
             assembly.residuals_applied.add(k)
         if len(assembly.residuals_applied) < assembly.num_segments:
             return False
-        return self._rooms.take_landed(room) is not None
+        return self._rooms.take_landed(entry.room) is not None
 
     def on_prefill_failure(self, room: int, reason: str) -> None:
         """A prefill rank reports it cannot deliver the room's KV."""
         self._fail(room, reason)
 
     def fail_peer(self, peer: str, reason: str) -> None:
-        """The sender `peer` is gone: fail every room still expecting bytes from it."""
-        for room in self._rooms.rooms_of(peer):
-            if self._rooms.state(room) is not RoomState.COMPLETE:
-                self._fail(room, reason)
+        """The sender `peer` is gone: fail every request still expecting bytes from it."""
+        for wire in self._rooms.rooms_of(peer):
+            if self._requests.state(self._requests.request_of(wire)) is not RoomState.COMPLETE:
+                self._fail(wire, reason)
 
     # --- data thread ----------------------------------------------------------------------
 
@@ -236,12 +269,14 @@ class DecodeSide:
             self._fail(doomed, reason)
 
     def _fail(self, room: int, reason: str) -> None:
-        if not self._rooms.fail(room, reason):
+        """Fail the request `room` (a request or one of its parts names it): every part of it."""
+        request = self._requests.request_of(room)
+        if not self._requests.fail(request, reason):
             return
-        logger.error("Lynx decode: room %s failed: %s", room, reason)
-        entry = self._rooms.get(room)
+        logger.error("Lynx decode: room %s failed: %s", request, reason)
+        entry = self._rooms.get(request)
         if entry is not None and entry.owner == "transfer":
-            self._host.fail(room, reason)
+            self._host.fail(request, reason)
         else:
             self.landed.set()  # the consumer sees the failure on its next pass
 
@@ -260,17 +295,32 @@ class DecodeSide:
         except ManifestError as exc:
             return self._fail(room, f"rejected manifest: {exc}")
         pool = self.pool
-        problem = manifest.mismatch(self.wire, pool.shape(entry.num_tokens), self.config.preset)
+        try:
+            offset = placement(pool.shard, manifest.first_head, manifest.kv_heads)
+        except ValueError as exc:
+            return self._fail(room, f"rejected manifest: {exc}")
+        problem = manifest.mismatch(self.wire, pool.shape(entry.num_tokens, manifest.kv_heads), self.config.preset)
         if problem is None and manifest.aux_size != pool.aux_size:
             problem = f"aux of {manifest.aux_size} bytes, this server's metadata rows are different"
         if problem is not None:
             return self._fail(room, problem)
+        entry.extra["heads"] = (offset, manifest.kv_heads)
         entry.extra["segments"] = self.wire.segment_shapes(manifest.shape, manifest.segment_tokens)
         assembly = SegmentedAssembly(room, manifest.segment_sizes(self.wire), manifest.aux_size)
         problem = self._rooms.start_receiving(room, manifest, assembly)
         if problem is not None:
             return self._drop(room, problem)
-        self._host.transferring(room)
+        problem = self._coverage(entry.extra[REQUEST])
+        if problem is not None:
+            return self._fail(room, problem)
+        self._host.transferring(entry.extra[REQUEST])
+
+    def _coverage(self, request: int) -> str | None:
+        """Once every part of the request is announced: why their heads are not exactly this rank's, or None."""
+        entries = self._requests.entries(request)
+        if any(entry is None or entry.manifest is None for entry in entries):
+            return None
+        return coverage_problem(self.pool.shard, [HeadSlice(e.manifest.first_head, e.manifest.kv_heads) for e in entries])
 
     def _on_frame(self, msg: list[bytes]) -> None:
         room = peek_room(msg)
@@ -295,27 +345,31 @@ class DecodeSide:
 
     def _land_anchors(self, entry: Room, assembly: SegmentedAssembly) -> None:
         """Write every segment whose anchor is whole into its slots; with the last one and the
-        metadata in, the request may start decoding: report Success."""
+        metadata in, the part is anchored; with every part anchored, the request may start
+        decoding: report Success."""
         for k in range(assembly.num_segments):
             if k not in assembly.anchors_written and assembly.anchor_ready(k):
                 if not self._write(entry, assembly, k):
                     return
         if len(assembly.anchors_written) == assembly.num_segments and assembly.aux_ready:
+            request = entry.extra[REQUEST]
             if self._write(entry, assembly, None):
-                self._rooms.if_anchored(entry.room, self._host.succeed)
+                self._requests.if_anchored(request, self._host.succeed)
 
     def _write(self, entry: Room, assembly: SegmentedAssembly, segment: int | None) -> bool:
-        """Inside the room's write fence: one segment's anchor, or (None) the metadata, which
-        completes the anchor. False if the room may not be written any more."""
+        """Inside the room's write fence: one segment's anchor into the part's heads, or (None) the
+        metadata (part 0's; every part's completes its anchor). False if the room may not be
+        written any more."""
         pool = self.pool
         with self._rooms.writing(entry.room, final=segment is None) as allowed:
             if allowed and segment is not None:
                 shape = entry.extra["segments"][segment]
                 index = pool.slot_index(_segment_slots(entry, shape))
                 anchor = as_tensor(assembly.buffer(segment, 0))
-                self.wire.write([anchor], shape, pool.k_buffers, pool.v_buffers, index)
+                k_buffers, v_buffers = pool.head_buffers(*entry.extra["heads"])
+                self.wire.write([anchor], shape, k_buffers, v_buffers, index)
                 assembly.anchors_written.add(segment)
-            elif allowed:
+            elif allowed and entry.extra[PART] == 0:
                 pool.write_aux(entry.aux_index, assembly.aux_buffer())
             if allowed:
                 pool.synchronize()

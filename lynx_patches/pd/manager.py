@@ -35,7 +35,7 @@ from lynx_patches.pd.control import (
     RoomMetadata,
     open_sealed,
 )
-from lynx_patches.pd.pool import PoolView, layout_refusal
+from lynx_patches.pd.pool import PoolView, head_shard, layout_refusal
 from lynx_patches.startup import lynx_config_of
 
 logger = logging.getLogger(__name__)
@@ -88,9 +88,11 @@ class LynxKVManager(CommonKVManager):
         self.record_failure(room, reason)
         self.update_status(room, KVPoll.Failed)
 
-    def attach_pool(self, pool) -> None:
-        """Give the side the rank's KV pool (its per-layer K/V tensors) and metadata rows."""
-        self.side.attach(PoolView.of(pool, self.kv_args))
+    def attach_pool(self, pool, model_config) -> None:
+        """Give the side the rank's KV pool (its per-layer K/V tensors, which of the model's
+        heads they hold) and metadata rows."""
+        heads = head_shard(model_config, self.attn_tp_size, self.attn_tp_rank, pool)
+        self.side.attach(PoolView.of(pool, self.kv_args, heads))
 
     # --- SGLang control messages, signed -------------------------------------------------
 
@@ -104,6 +106,7 @@ class LynxKVManager(CommonKVManager):
             aux_item_lens=tuple(self.kv_args.aux_item_lens),
             wire_version=wire_version(),
             issued_ns=time.time_ns(),
+            heads=self.side.pool.shard,
         )
         return seal(self.key, registration.to_parts())
 
@@ -226,7 +229,6 @@ class _PrefillHost:
 
     def __init__(self, mgr: LynxKVManager) -> None:
         self._mgr = mgr
-        self.attn_tp_size = mgr.attn_tp_size
 
     def room_ready(self, room: int, decode_prefix_len: int) -> None:
         # SGLang's prefill reads this when the request's sender starts (`pop_decode_prefix_len`).

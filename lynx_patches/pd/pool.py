@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from lynx.heads import HeadShard
 from lynx.kvwire import KVShape
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -72,7 +73,9 @@ class PoolView:
     """Per-layer K/V buffers (each ``[slots, kv_heads, head_dim]``), page size and metadata rows.
 
     The view never frees or allocates: whoever holds a request's slots decides
-    when they may be written (see `lynx.transfer.rooms`).
+    when they may be written (see `lynx.transfer.rooms`). `heads` says which of
+    the model's KV heads the buffers hold (a tensor-parallel rank's share); None
+    is all of them.
     """
 
     k_buffers: tuple[torch.Tensor, ...]
@@ -80,19 +83,38 @@ class PoolView:
     page_size: int
     aux_ptrs: tuple[int, ...]
     aux_item_lens: tuple[int, ...]
+    heads: HeadShard | None = None
 
     @classmethod
-    def of(cls, pool, kv_args=None) -> PoolView:
+    def of(cls, pool, kv_args=None, heads: HeadShard | None = None) -> PoolView:
         """The view of an SGLang MHA pool and a PD manager's `KVArgs` (page size, metadata buffers)."""
         check_pool(pool)
         if kv_args is None:
-            return cls(tuple(pool.k_buffer), tuple(pool.v_buffer), int(pool.page_size), (), ())
+            return cls(tuple(pool.k_buffer), tuple(pool.v_buffer), int(pool.page_size), (), (), heads)
         return cls(
             tuple(pool.k_buffer),
             tuple(pool.v_buffer),
             int(kv_args.page_size),
             tuple(int(p) for p in kv_args.aux_data_ptrs),
             tuple(int(n) for n in kv_args.aux_item_lens),
+            heads,
+        )
+
+    @property
+    def shard(self) -> HeadShard:
+        """The heads these buffers hold (every head of the model, on one rank, if not told)."""
+        if self.heads is not None:
+            return self.heads
+        kv_heads = self.k_buffers[0].shape[1]
+        return HeadShard(1, 0, kv_heads, kv_heads)
+
+    def head_buffers(self, offset: int, count: int) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """Per-layer K and V views of `count` local heads from `offset` (the buffers themselves if all)."""
+        if (offset, count) == (0, self.k_buffers[0].shape[1]):
+            return self.k_buffers, self.v_buffers
+        return (
+            tuple(b[:, offset : offset + count] for b in self.k_buffers),
+            tuple(b[:, offset : offset + count] for b in self.v_buffers),
         )
 
     @property
@@ -103,10 +125,11 @@ class PoolView:
     def aux_size(self) -> int:
         return sum(self.aux_item_lens)
 
-    def shape(self, num_tokens: int) -> KVShape:
-        """The KV shape of `num_tokens` tokens in this pool."""
+    def shape(self, num_tokens: int, kv_heads: int | None = None) -> KVShape:
+        """The KV shape of `num_tokens` tokens in this pool (of `kv_heads` of its heads; all if None)."""
         first = self.k_buffers[0]
-        return KVShape(len(self.k_buffers), num_tokens, first.shape[1], first.shape[2], first.dtype)
+        heads = first.shape[1] if kv_heads is None else kv_heads
+        return KVShape(len(self.k_buffers), num_tokens, heads, first.shape[2], first.dtype)
 
     def slot_index(self, slots: np.ndarray) -> torch.Tensor:
         """Token slots as an int64 index tensor on the pool's device."""
@@ -132,3 +155,17 @@ class PoolView:
         """Make this thread's writes visible to every stream before reporting them (GPU pools)."""
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
+
+
+def head_shard(model_config, tp_size: int, tp_rank: int, pool) -> HeadShard:
+    """Which of the model's KV heads `pool` holds on attention-TP rank `tp_rank` of `tp_size`.
+
+    SGLang gives each rank a contiguous share. On a CPU it pads a head count the
+    TP size does not divide with zero heads at the end (and records the real
+    count on the HF config as ``original_total_num_kv_heads``); elsewhere it
+    replicates heads when there are fewer than ranks.
+    """
+    real = getattr(model_config.hf_config, "original_total_num_kv_heads", None) or model_config.get_total_num_kv_heads()
+    heads = int(pool.head_num)
+    replicated = heads * tp_size > real and pool.k_buffer[0].device.type != "cpu"
+    return HeadShard(int(tp_size), int(tp_rank), heads, int(real), replicated)

@@ -12,17 +12,20 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 import numpy as np
 from lynx.config import LynxConfig
+from lynx.heads import HeadSlice, transfer_room
 from lynx.kvwire import WireFormat
 from lynx.manifest import Manifest, dtype_name
 from lynx.transfer.frames import AUX_STREAM
 from lynx.transfer.keys import transfer_key
 from lynx.transfer.sender import PrioritySender
 
+from lynx_patches.pd.control import RoomMetadata
 from lynx_patches.pd.pool import PoolView
 from lynx_patches.pd.prefill_rooms import PrefillRooms
 
@@ -53,8 +56,16 @@ class Job:
     last_of_batch: bool = True  # the jobs one prefill chunk completed are a batch (see `PrefillEncoder.send`)
 
 
+class Route(NamedTuple):
+    """What one decode rank gets of this prefill rank's KV: these heads, as this part of its transfer."""
+
+    heads: HeadSlice
+    part: int
+
+
 class _HeldStream(NamedTuple):
-    """A residual stream waiting for the end of its batch: the arguments of `PrioritySender.submit`."""
+    """A residual stream waiting for the end of its batch: the arguments of `PrioritySender.submit`
+    (``room`` is the part's wire id), and the request it belongs to."""
 
     endpoint: str
     room: int
@@ -63,6 +74,7 @@ class _HeldStream(NamedTuple):
     layer_bounds: list[int]
     key: bytes
     segment: int
+    request: int
 
 
 class PrefillEncoder:
@@ -76,6 +88,7 @@ class PrefillEncoder:
         rooms: the rank's room bookkeeping (destinations, the abort fence, announced rooms).
         sender: where streams are queued.
         stop: set when the loop is to return.
+        route: what a destination gets (its registration's `Route`).
     """
 
     def __init__(
@@ -87,9 +100,10 @@ class PrefillEncoder:
         rooms: PrefillRooms,
         sender: PrioritySender,
         stop: threading.Event,
+        route: Callable[[RoomMetadata], Route],
     ) -> None:
         self._config, self._wire, self._secret, self._host = config, wire, secret, host
-        self._rooms, self._sender, self._stop = rooms, sender, stop
+        self._rooms, self._sender, self._stop, self._route = rooms, sender, stop, route
         self._jobs: queue.Queue[Job] = queue.Queue()
         self._held: list[_HeldStream] = []  # residuals of the batch being encoded (encoder thread)
         self._pool: PoolView | None = None
@@ -142,10 +156,10 @@ class PrefillEncoder:
     def _flush_held(self) -> None:
         """Queue the residuals held back for the batch just encoded (not those of aborted rooms)."""
         held, self._held = self._held, []
-        live = self._rooms.not_aborted({stream.room for stream in held})
+        live = self._rooms.not_aborted({stream.request for stream in held})
         for stream in held:
-            if stream.room in live:
-                self._sender.submit(*stream)
+            if stream.request in live:
+                self._sender.submit(*stream[:-1])
 
     def send(self, job: Job) -> None:
         """Encode one job and queue its streams: anchors at once, residuals with the batch's last job.
@@ -159,41 +173,48 @@ class PrefillEncoder:
             return
         try:
             pool = self.pool
+            routes = [self._route(meta) for meta in dests]
             if job.segment is None:
                 aux = pool.read_aux(job.aux_index)
             else:
-                shape = pool.shape(job.total).segment(job.first_token, len(job.slots))
-                streams = self._wire.encode(pool.k_buffers, pool.v_buffers, pool.slot_index(job.slots), job.first_token)
+                index, streams = pool.slot_index(job.slots), {}
+                for heads in dict.fromkeys(route.heads for route in routes):  # each distinct range once
+                    k, v = pool.head_buffers(heads.first - pool.shard.first, heads.count)
+                    streams[heads] = self._wire.encode(k, v, index, job.first_token)
         finally:
             aborted = self._rooms.end_encoding(job.room)
         if aborted:
             return
-        for meta in dests:
+        for meta, route in zip(dests, routes):
             key = transfer_key(self._secret, meta.nonce)
+            wire = transfer_room(job.room, route.part)
             if job.segment is None:
-                self._sender.submit(meta.data_endpoint, job.room, AUX_STREAM, aux, key=key)
+                self._sender.submit(meta.data_endpoint, wire, AUX_STREAM, aux, key=key)
                 continue
             if job.segment == 0:
-                self._sender.submit_message(meta.data_endpoint, job.room, self._manifest(job).seal(key))
-                self._rooms.announce(job.room, meta.data_endpoint, key)
+                self._sender.submit_message(meta.data_endpoint, wire, self._manifest(job, route, wire).seal(key))
+                self._rooms.announce(job.room, meta.data_endpoint, key, wire)
+            shape = pool.shape(job.total, route.heads.count).segment(job.first_token, len(job.slots))
             bounds = self._wire.layer_bounds(shape)
-            for stream, (data, layer_bounds) in enumerate(zip(streams, bounds)):
-                held = _HeldStream(meta.data_endpoint, job.room, stream, data.numpy(), layer_bounds, key, job.segment)
+            for stream, (data, layer_bounds) in enumerate(zip(streams[route.heads], bounds)):
+                held = _HeldStream(
+                    meta.data_endpoint, wire, stream, data.numpy(), layer_bounds, key, job.segment, job.room
+                )
                 if stream == 0:
-                    self._sender.submit(*held)
+                    self._sender.submit(*held[:-1])
                 else:
                     self._held.append(held)
         if job.segment is None:
             self._rooms.quiet(job.room)
             self._host.succeed(job.room)
 
-    def _manifest(self, job: Job) -> Manifest:
-        """The room's announcement: its whole shape and segmentation."""
+    def _manifest(self, job: Job, route: Route, wire: int) -> Manifest:
+        """The announcement of one part of a room (`wire`): its heads' whole shape and segmentation."""
         pool, segment_tokens = self.pool, self._config.segment_tokens
-        shape = pool.shape(job.total)
+        shape = pool.shape(job.total, route.heads.count)
         parts = self._wire.segment_shapes(shape, segment_tokens)
         sizes = tuple(map(sum, zip(*(self._wire.stream_sizes(part) for part in parts))))
         return Manifest(
-            job.room, self._wire.mode, self._config.preset, shape.num_layers, shape.num_tokens, shape.kv_heads,
-            shape.head_dim, dtype_name(shape.dtype), sizes, pool.aux_size, segment_tokens,
+            wire, self._wire.mode, self._config.preset, shape.num_layers, shape.num_tokens, shape.kv_heads,
+            shape.head_dim, dtype_name(shape.dtype), sizes, pool.aux_size, segment_tokens, route.heads.first,
         )  # fmt: skip

@@ -57,7 +57,9 @@ class PrefillRooms:
         self._claims: set[int] = set()
         self._encoding: set[int] = set()
         self._aborted: set[int] = set()
-        self._alive: dict[int, list[tuple[str, bytes]]] = {}  # announced rooms still computing -> (endpoint, key)
+        self._alive: dict[int, list[tuple[str, bytes, int]]] = {}  # announced, computing -> (endpoint, key, wire)
+        self._wires: dict[int, int] = {}  # wire id of an announced part -> its room
+        self._parts: dict[int, set[int]] = {}  # room -> the wire ids of its announced parts
 
     def claimed_count(self) -> int:
         with self._lock:
@@ -116,6 +118,8 @@ class PrefillRooms:
             self._claims.discard(room)
             self._outgoing.pop(room, None)
             self._alive.pop(room, None)
+            for wire in self._parts.pop(room, ()):
+                self._wires.pop(wire, None)
             self._destinations.pop(room, None)
             self._metadata_at.pop(room, None)
             self._aborted.discard(room)
@@ -189,18 +193,30 @@ class PrefillRooms:
         with self._lock:
             return {room for room in rooms if room not in self._aborted}
 
-    def announce(self, room: int, endpoint: str, key: bytes) -> None:
-        """The room's manifest went to ``endpoint``: it hears the room is alive until `quiet`."""
+    def announce(self, room: int, endpoint: str, key: bytes, wire: int) -> None:
+        """The manifest of the room's part `wire` went to ``endpoint``: it hears the part is alive until `quiet`."""
         with self._lock:
-            self._alive.setdefault(room, []).append((endpoint, key))
+            self._alive.setdefault(room, []).append((endpoint, key, wire))
+            self._wires[wire] = room
+            self._parts.setdefault(room, set()).add(wire)
+
+    def room_of(self, wire: int) -> int:
+        """The room whose part has wire id `wire` (`wire` itself if none was announced)."""
+        with self._lock:
+            return self._wires.get(wire, wire)
+
+    def wires(self, room: int) -> set[int]:
+        """The wire ids of the room's announced parts, and the room itself."""
+        with self._lock:
+            return {room, *self._parts.get(room, ())}
 
     def quiet(self, room: int) -> None:
         """No more alive messages for the room."""
         with self._lock:
             self._alive.pop(room, None)
 
-    def announced(self) -> list[tuple[int, list[tuple[str, bytes]]]]:
-        """Each announced room still computing, with the ``(endpoint, key)`` of its decode ranks."""
+    def announced(self) -> list[tuple[int, list[tuple[str, bytes, int]]]]:
+        """Each announced room still computing, with the ``(endpoint, key, wire id)`` of its decode ranks."""
         with self._lock:
             return [(room, list(peers)) for room, peers in self._alive.items()]
 

@@ -24,6 +24,7 @@ from typing import Protocol
 
 import numpy as np
 from lynx.config import LynxConfig
+from lynx.heads import heads_to_send, part_of
 from lynx.manifest import wire_version
 from lynx.transfer.frames import encode_alive
 from lynx.transfer.pacer import make_pacer
@@ -38,7 +39,7 @@ from lynx_patches.pd.control import (
     check_data_endpoint,
 )
 from lynx_patches.pd.pool import PoolView
-from lynx_patches.pd.prefill_encoder import EncoderHost, Job, PrefillEncoder
+from lynx_patches.pd.prefill_encoder import EncoderHost, Job, PrefillEncoder, Route
 from lynx_patches.pd.prefill_rooms import PrefillRooms
 
 logger = logging.getLogger(__name__)
@@ -49,8 +50,6 @@ PURGE_EVERY_S = 30.0
 
 class PrefillHost(EncoderHost, Protocol):
     """What the prefill side needs of the engine."""
-
-    attn_tp_size: int
 
     def room_ready(self, room: int, decode_prefix_len: int) -> None: ...
 
@@ -66,6 +65,7 @@ class PrefillSide:
     ) -> None:
         self.config, self.wire, self._host, self._clock = config, config.wire, host, clock
         self.peers: dict[str, DecodeRegistration] = {}
+        self.routes: dict[str, Route] = {}  # per decode session: the heads it gets from this rank
         self.refused: dict[str, str] = {}
         wire = self.wire
         self._rooms = PrefillRooms(lambda total: wire.segments(total, config.segment_tokens), clock)
@@ -79,7 +79,10 @@ class PrefillSide:
             submit_timeout_s=0,
         )
         self.supervisor = Supervisor(self._on_crash)
-        self.encoder = PrefillEncoder(config, wire, secret, host, self._rooms, self.sender, self.supervisor.stop)
+        self.encoder = PrefillEncoder(
+            config, wire, secret, host, self._rooms, self.sender, self.supervisor.stop,
+            route=lambda meta: self.routes[meta.session_id],
+        )  # fmt: skip
 
     @property
     def broken(self) -> str | None:
@@ -121,26 +124,28 @@ class PrefillSide:
         known = self.peers.get(reg.session_id)
         if known is not None and reg.issued_ns <= known.issued_ns:
             raise ControlError(f"ignored a stale registration of {reg.session_id} (replayed or reordered)")
-        problem = None
+        problem, route = None, None
         if reg.wire_version != wire_version():
             problem = f"decode {reg.session_id} speaks {reg.wire_version}, this prefill {wire_version()}"
-        elif reg.attn_tp_size != self._host.attn_tp_size:
-            problem = (
-                f"decode {reg.session_id} runs attention TP {reg.attn_tp_size}, this prefill "
-                f"{self._host.attn_tp_size}; the lynx backend needs equal TP sizes"
-            )
         elif reg.aux_item_lens != aux_item_lens:
             problem = (
                 f"decode {reg.session_id} has metadata buffers {reg.aux_item_lens}, this prefill "
                 f"{aux_item_lens}; start both with the same options"
             )
+        else:
+            mine = self.pool.shard
+            try:
+                route = Route(heads_to_send(mine, reg.heads), part_of(mine, reg.heads.tp_size))
+            except ValueError as exc:
+                problem = f"decode {reg.session_id} (TP {reg.heads.tp_size}) cannot get its KV heads here: {exc}"
         if problem is not None:
             self.refused[reg.session_id] = problem
             self.peers.pop(reg.session_id, None)
             raise ControlError(f"refused decode {reg.session_id}: {problem}")
         self.refused.pop(reg.session_id, None)
+        self.routes[reg.session_id] = route
         self.peers[reg.session_id] = reg
-        logger.info("Lynx prefill: decode %s registered", reg.session_id)
+        logger.info("Lynx prefill: decode %s registered (heads %s)", reg.session_id, route.heads)
 
     def on_metadata(self, meta: RoomMetadata) -> None:
         """A decode rank's expectations of one request; all ranks in: the room may start."""
@@ -163,8 +168,10 @@ class PrefillSide:
 
     def abort(self, room: int) -> None:
         """Nothing more of the room is encoded or sent."""
+        wires = self._rooms.wires(room)
         self._rooms.abort(room)
-        self.sender.cancel(room)
+        for wire in wires:
+            self.sender.cancel(wire)
 
     def purge(self) -> None:
         """Forget metadata of rooms no request ever claimed (the prefill never saw them)."""
@@ -215,9 +222,9 @@ class PrefillSide:
         every `PURGE_EVERY_S`."""
         last_purge = self._clock()
         while not self.supervisor.stop.wait(ALIVE_EVERY_S):
-            for room, peers in self._rooms.announced():
-                for endpoint, key in peers:
-                    self.sender.submit_message(endpoint, room, encode_alive(room, key))
+            for _, peers in self._rooms.announced():
+                for endpoint, key, wire in peers:
+                    self.sender.submit_message(endpoint, wire, encode_alive(wire, key))
             if self._clock() - last_purge > PURGE_EVERY_S:
                 self.purge()
                 last_purge = self._clock()
@@ -225,7 +232,8 @@ class PrefillSide:
     def _on_crash(self, name: str, error: str) -> None:
         logger.error("Lynx prefill: %s restarted after: %s", name, error)
 
-    def _on_send_error(self, room: int, message: str) -> None:
+    def _on_send_error(self, wire: int, message: str) -> None:
+        room = self._rooms.room_of(wire)
         logger.error("Lynx prefill: room %s: %s", room, message)
         self._rooms.quiet(room)
         self._host.fail(room, message, self._rooms.targets(room))

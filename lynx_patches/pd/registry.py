@@ -60,8 +60,9 @@ def init_kv_manager(original, queue):
 
     manager = original(queue)
     if isinstance(manager, LynxKVManager):
-        manager.attach_pool(require(queue, "token_to_kv_pool"))
-        setattr(require(queue, "scheduler"), MANAGER_ATTR, manager)
+        scheduler = require(queue, "scheduler")
+        manager.attach_pool(require(queue, "token_to_kv_pool"), require(scheduler, "model_config"))
+        setattr(scheduler, MANAGER_ATTR, manager)
     return manager
 
 

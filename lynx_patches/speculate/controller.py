@@ -20,19 +20,19 @@ never read by a forward pass in flight. Per iteration it:
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from http import HTTPStatus
 
 
 from lynx_patches.speculate import commit
+from lynx_patches.speculate.agree import RankAgreement, Readiness
 from lynx_patches.speculate.idle import IdleWait
 from lynx_patches.speculate.predict import penalizer_rows, predict
 from lynx_patches.speculate.state import (
     ATTR,
     SpecState,
     coupled_rows,
-    request_seed,
+    noise_seed,
     sampling_rule,
     state_of,
     why_not_speculate,
@@ -49,13 +49,17 @@ GRAMMAR_MAX_DRAFTS = 128
 class SpecController:
     """One per decode scheduler of a Lynx server (all modes; only ``lynx`` mode speculates)."""
 
-    def __init__(self, scheduler, side) -> None:
+    def __init__(self, scheduler, side, agreement: RankAgreement | None = None) -> None:
         self.scheduler = scheduler
         self.side = side
         self.config = side.config
+        self.agreement = agreement or RankAgreement.of(scheduler)
         self.reqs: dict[str, object] = {}
         self.parked: list = []
-        self.idle = IdleWait(scheduler, side, parked=lambda: bool(self.parked))
+        # A residual applied here that another decode rank still waits for: this rank's idle
+        # wait must not sleep (the others pace the loop; it waits in their next collective).
+        self.waiting_on_peers = False
+        self.idle = IdleWait(scheduler, side, parked=lambda: bool(self.parked), ready=lambda: self.waiting_on_peers)
         self.prometheus = None
         if scheduler.metrics_reporter.enable_metrics:
             from lynx_patches.prometheus import LynxMetrics
@@ -79,7 +83,7 @@ class SpecController:
             verified=len(req.output_ids),
             cap=cap,
             rule=sampling_rule(params),
-            seed=seed if (seed := request_seed(req)) is not None else secrets.randbits(63),
+            seed=noise_seed(req),
             timings=dict(timings),
         )
         state.anchor = residual_pending
@@ -118,7 +122,7 @@ class SpecController:
 
     def before_schedule(self, running_batch):
         self.side.landed.clear()  # every landing after this is seen now or wakes the next idle wait
-        landed = []
+        awaited = []
         for req in list(self.reqs.values()):
             state = state_of(req)
             if req.finished():
@@ -129,14 +133,17 @@ class SpecController:
             if req.grammar is not None and not state.grammar_done:
                 state.grammar_drafts = state.speculated(len(req.output_ids))
                 state.grammar_done = req.grammar.is_terminated()
-            failure = self.side.check(state.room)
-            room_state = self.side.room_state(state.room)
-            if failure is not None or room_state is None:
-                self._fail(req, f"residual KV failed: {failure or 'the transfer was lost'}", running_batch)
-            elif state.parked and req.to_finish:
+            if state.parked and req.to_finish:
                 self._finish(req, checkpoint=False)  # aborted while it waited
-            elif self._upgrade(state):
-                landed.append(req)
+            else:
+                awaited.append(req)
+        agreed, local, self.waiting_on_peers = self._residuals(awaited)
+        failed = [(req, own) for req, verdict, own in zip(awaited, agreed, local) if verdict is Readiness.FAILED]
+        if failed:
+            reasons = self.agreement.reasons([own for _, own in failed])
+            for (req, _), reason in zip(failed, reasons, strict=True):
+                self._fail(req, f"residual KV failed: {reason}", running_batch)
+        landed = [req for req, verdict in zip(awaited, agreed) if verdict is Readiness.READY]
         if landed:
             self._verify_landed(landed, running_batch)
         self._hold_new()
@@ -146,7 +153,7 @@ class SpecController:
     def after_schedule(self, running_batch) -> None:
         """Requests adopted this iteration have streamed their first token: apply what has landed
         of their residual now, before the forward (not before the first token, whose time it is)."""
-        landed = []
+        fresh = []
         for req in list(self.reqs.values()):
             state = state_of(req)
             if not state.fresh:
@@ -154,8 +161,10 @@ class SpecController:
             state.fresh = False
             if req.finished() or not state.anchor or state.speculated(len(req.output_ids)):
                 continue
-            if self.side.check(state.room) is None and self._upgrade(state):
-                landed.append(req)  # a failure is left to the next `before_schedule`
+            fresh.append(req)
+        agreed, _, waiting = self._residuals(fresh)  # a failure is left to the next `before_schedule`
+        self.waiting_on_peers |= waiting
+        landed = [req for req, verdict in zip(fresh, agreed) if verdict is Readiness.READY]
         if landed:
             self._verify_landed(landed, running_batch)
 
@@ -178,6 +187,30 @@ class SpecController:
         done = self.side.apply_residual(state.room)
         state.profile["upgrade_s"] = state.profile.get("upgrade_s", 0.0) + time.perf_counter() - started
         return done
+
+    def _residuals(self, reqs: list) -> tuple[list[Readiness], list[str | None], bool]:
+        """Apply what has landed of each request's residual on this rank, then agree with the other
+        decode ranks: ``(agreed readiness, this rank's failure reasons)``, one each per request, and
+        whether a residual applied here waits for another rank.
+
+        Every rank calls this in the same iteration with the same requests in
+        the same order (the controller's state is alike on every rank), so the
+        one all-reduce inside lines up.
+        """
+        local, reasons = [], []
+        for req in reqs:
+            state = state_of(req)
+            failure = self.side.check(state.room)
+            if failure is None and self.side.room_state(state.room) is None:
+                failure = "the transfer was lost"
+            reasons.append(failure)
+            if failure is not None:
+                local.append(Readiness.FAILED)
+            else:
+                local.append(Readiness.READY if self._upgrade(state) else Readiness.PENDING)
+        agreed = self.agreement.agree(local)
+        waiting = any(own is Readiness.READY and group is Readiness.PENDING for own, group in zip(local, agreed))
+        return agreed, reasons, waiting
 
     def _verify_landed(self, landed: list, running_batch) -> None:
         """Verify every request whose KV is now full precision, those with held-back tokens in one pass."""

@@ -17,6 +17,15 @@ can progress:
   to look at it);
 * or `MAX_WAIT_S` passes, which bounds how late anything else SGLang polls
   for (its own timeouts) is seen.
+
+It does not wait at all while this rank holds a residual that another decode
+rank of its tensor-parallel group still waits for (`ready`): the verify pass
+needs every rank, and this rank then waits for the others in their next
+collective instead (SGLang's loop runs one per iteration). Every wait is
+bounded by `MAX_WAIT_S` whatever happens, so a rank asleep here holds a rank
+waiting for it in a collective for at most that long: ranks above 0 have no
+request sockets (SGLang broadcasts requests from rank 0), and nothing that
+ends the wait depends on another rank.
 """
 
 from __future__ import annotations
@@ -37,12 +46,22 @@ class IdleWait:
             `scheduler_sockets`).
         side: the decode side (`landed`).
         parked: whether requests wait for a residual outside SGLang's queues.
+        ready: whether a residual applied here waits for the other decode ranks (no wait then).
     """
 
-    def __init__(self, scheduler, side, parked: Callable[[], bool], max_wait_s: float = MAX_WAIT_S, clock=time.monotonic):
+    def __init__(
+        self,
+        scheduler,
+        side,
+        parked: Callable[[], bool],
+        ready: Callable[[], bool] = lambda: False,
+        max_wait_s: float = MAX_WAIT_S,
+        clock=time.monotonic,
+    ):
         self.scheduler = scheduler
         self.landed = side.landed
         self.parked = parked
+        self.ready = ready
         self.max_wait_s = max_wait_s
         self.clock = clock
         self._read, self._write = os.pipe()
@@ -58,7 +77,7 @@ class IdleWait:
             pass
 
     def wait(self) -> None:
-        if self.scheduler.is_fully_idle():
+        if self.ready() or self.scheduler.is_fully_idle():
             return
         poller = self._poller or self._make_poller()
         slice_s = SLICE_S if self.parked() else self.max_wait_s

@@ -123,6 +123,17 @@ def request_seed(req) -> int | None:
     return seed
 
 
+def noise_seed(req) -> int:
+    """The seed of the request's Gumbel noise on a decode server: its `request_seed`, else one
+    derived from its transfer room and request id (random per request, and alike on every
+    decode rank of a tensor-parallel group, which must draw the same tokens)."""
+    seed = request_seed(req)
+    if seed is not None:
+        return seed
+    digest = hashlib.blake2b(f"lynx-noise:{req.bootstrap_room}:{req.rid}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
 def why_not_speculate(req) -> str | None:
     """Why the verify pass cannot reproduce this request's output, or None if it can.
 

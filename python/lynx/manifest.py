@@ -21,12 +21,12 @@ from lynx.kvwire import KVShape, WireFormat
 from lynx.transfer import frames
 
 MANIFEST_TAG = b"LYNX_MANIFEST"
-MANIFEST_VERSION = 3
+MANIFEST_VERSION = 4
 MAX_MANIFEST_BYTES = 4096
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _INT_FIELDS = (
-    "room", "num_layers", "num_tokens", "kv_heads", "head_dim", "aux_size", "segment_tokens", "version",
-    "format_version",
+    "room", "num_layers", "num_tokens", "kv_heads", "head_dim", "aux_size", "segment_tokens", "first_head",
+    "version", "format_version",
 )  # fmt: skip
 
 
@@ -56,6 +56,8 @@ class Manifest:
         aux_size: bytes of the request metadata (first token etc.).
         segment_tokens: the tokens travel in segments of this many tokens
             (`lynx.kvwire.WireFormat.segments`); 0 = one segment.
+        first_head: the streams carry the `kv_heads` KV heads from this one
+            (tensor parallelism: a rank's share, `lynx.heads`).
         version, format_version: the manifest's and the codec's wire versions.
     """
 
@@ -70,6 +72,7 @@ class Manifest:
     stream_sizes: tuple[int, ...]
     aux_size: int
     segment_tokens: int = 0
+    first_head: int = 0
     version: int = MANIFEST_VERSION
     format_version: int = FORMAT_VERSION
 
@@ -117,7 +120,8 @@ class Manifest:
     def mismatch(self, wire: WireFormat, expected: KVShape, preset: str) -> str | None:
         """Why this manifest cannot be received into `expected` with `wire`, or None.
 
-        `expected.num_tokens` is the exact number of tokens the receiver reserved.
+        `expected.num_tokens` is the exact number of tokens the receiver reserved,
+        `expected.kv_heads` the heads it takes from this sender.
         """
         if (self.version, self.format_version) != (MANIFEST_VERSION, FORMAT_VERSION):
             return (

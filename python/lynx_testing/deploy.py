@@ -53,6 +53,7 @@ class PDDeployment:
         max_total_tokens: KV pool size of each server.
         extra_args: further arguments for both servers.
         env: extra environment for both servers (e.g. ``{"LYNX_SECRET": ...}``).
+        prefill_args, decode_args: further arguments for one server only (e.g. its ``--tp-size``).
     """
 
     def __init__(
@@ -65,6 +66,8 @@ class PDDeployment:
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
         served_model_name: str = SERVED_MODEL,
+        prefill_args: Sequence[str] = (),
+        decode_args: Sequence[str] = (),
     ) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -82,14 +85,14 @@ class PDDeployment:
         env = {**PD_SERVER_ENV, **(env or {})}
         self.prefill = SGLangServer(
             model_path,
-            [*common, "--disaggregation-mode", "prefill"],
+            [*common, *prefill_args, "--disaggregation-mode", "prefill"],
             max_total_tokens=max_total_tokens,
             log_path=self.log_dir / "prefill.log",
             env=env,
         )
         self.decode = SGLangServer(
             model_path,
-            [*common, "--disaggregation-mode", "decode"],
+            [*common, *decode_args, "--disaggregation-mode", "decode"],
             max_total_tokens=max_total_tokens,
             log_path=self.log_dir / "decode.log",
             env=env,

@@ -137,3 +137,33 @@ def test_segment_boundaries_follow_the_sinks_and_the_key_groups():
     assert wire.segments(300, 128) == [(0, sinks + 128), (sinks + 128, 128), (sinks + 256, 300 - sinks - 256)]
     with pytest.raises(ValueError, match="multiple of 64"):
         wire.segments(300, 100)
+
+
+@pytest.mark.parametrize("mode", ["bf16", "int8", "int4", "lynx"])
+def test_each_head_range_encodes_and_lands_exactly_as_its_heads_of_the_whole(mode):
+    """Tensor parallelism re-slices heads: the KV of heads [1, 3) of a 4-head pool, encoded from a
+    strided view and written into another 3-head pool's heads [0, 2), lands exactly what the whole
+    pool's encoding lands in those heads (keys group per head and channel, values per token and head)."""
+    wire = WireFormat.for_mode(mode, "int8")
+    g = torch.Generator().manual_seed(11)
+    src_k = [torch.randn(POOL, 4, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
+    src_v = [torch.randn(POOL, 4, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
+    src, dst = _slots(150, 12), _slots(150, 13)
+    whole_k = [torch.zeros(POOL, 4, DIM, dtype=torch.bfloat16) for _ in range(LAYERS)]
+    whole_v = [torch.zeros(POOL, 4, DIM, dtype=torch.bfloat16) for _ in range(LAYERS)]
+    streams = wire.encode(src_k, src_v, src)
+    wire.write(streams, KVShape(LAYERS, 150, 4, DIM, torch.bfloat16), whole_k, whole_v, dst)
+    part_k = [torch.full((POOL, 3, DIM), 7.0, dtype=torch.bfloat16) for _ in range(LAYERS)]
+    part_v = [torch.full((POOL, 3, DIM), 7.0, dtype=torch.bfloat16) for _ in range(LAYERS)]
+    sliced = wire.encode([k[:, 1:3] for k in src_k], [v[:, 1:3] for v in src_v], src)
+    shape = KVShape(LAYERS, 150, 2, DIM, torch.bfloat16)
+    wire.write(sliced, shape, [k[:, :2] for k in part_k], [v[:, :2] for v in part_v], dst)
+    for layer in range(LAYERS):
+        assert torch.equal(part_k[layer][dst][:, :2], whole_k[layer][dst][:, 1:3])
+        assert torch.equal(part_v[layer][dst][:, :2], whole_v[layer][dst][:, 1:3])
+        assert bool((part_k[layer][:, 2] == 7).all() and (part_v[layer][:, 2] == 7).all()), "head 2 untouched"
+    if wire.num_streams > 1:
+        up_k = [t.clone() for t in part_k]
+        up_v = [t.clone() for t in part_v]
+        wire.upgrade(sliced, shape, [k[:, :2] for k in up_k], [v[:, :2] for v in up_v], dst)
+        assert all(torch.equal(a, b) for a, b in zip(up_k + up_v, part_k + part_v)), "upgrade in a view is exact"

@@ -192,6 +192,20 @@ def test_repeated_layers_through_strided_pools_and_int32_slots_match_reference()
         assert torch.equal(_bits(k_out), _bits(k_ref)) and torch.equal(_bits(v_out), _bits(v_ref))
 
 
+def test_a_head_range_of_a_pool_encodes_and_lands_in_another_pools_heads_like_reference():
+    """Tensor parallelism re-slices heads: heads [1, 3) of 4, into heads [0, 2) of 3 (views)."""
+    spec = CodecSpec.preset("int8")
+    slots = _slots(70, 90, seed=50)
+    k_big, v_big = _pools(90, heads=4, seed=50)
+    encoded = lynx_kernels.encode_from_pool(k_big[:, 1:3], v_big[:, 1:3], slots, spec)
+    _assert_same_streams(encoded, reference_encode(k_big[:, 1:3], v_big[:, 1:3], slots, spec))
+    k_out, v_out = torch.ones(90, 3, 64, dtype=torch.bfloat16), torch.ones(90, 3, 64, dtype=torch.bfloat16)
+    k_ref, v_ref = k_out.clone(), v_out.clone()
+    lynx_kernels.decode_into_pool(encoded, k_out[:, :2], v_out[:, :2], slots)
+    reference_decode(encoded, k_ref[:, :2], v_ref[:, :2], slots)
+    assert torch.equal(_bits(k_out), _bits(k_ref)) and torch.equal(_bits(v_out), _bits(v_ref))
+
+
 @pytest.mark.parametrize("preset", ["int8", "bf16-exact"])
 def test_received_streams_at_odd_buffer_offsets_decode_like_reference(preset):
     spec = CodecSpec.preset(preset)

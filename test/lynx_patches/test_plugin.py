@@ -130,7 +130,7 @@ def test_unknown_lynx_value_is_a_clear_error_not_a_traceback(launcher_runs):
         (["--lynx-link-gbps", "fast"], "argument --lynx-link-gbps: invalid float value"),
         (["--disaggregation-mode", "decode"], "--lynx-secret-file"),
         (["--lynx-loopback", "--disaggregation-mode", "prefill", "--lynx-insecure"], "--lynx-loopback"),
-        (["--disaggregation-mode", "decode", "--lynx-insecure", "--tp-size", "2"], "with --tp-size 1"),
+        (["--disaggregation-mode", "decode", "--lynx-insecure", "--pp-size", "2"], "with --pp-size 1"),
     ],
 )
 def test_bad_lynx_options_exit_2_with_a_one_line_error(plugins_loaded, model_path, monkeypatch, capsys, extra, message):

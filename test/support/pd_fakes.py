@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from lynx.config import LynxConfig
+from lynx.heads import HeadShard
 from lynx.manifest import Manifest, dtype_name
 from lynx.transfer.frames import AUX_STREAM, FrameHeader, encode_frame
 from lynx.transfer.policy import chunk_spans
@@ -20,24 +21,31 @@ from lynx.transfer.policy import chunk_spans
 from lynx_patches.pd.pool import PoolView
 
 LAYERS, HEADS, DIM, SLOTS = 2, 2, 64, 64
+SHARD = HeadShard(1, 0, HEADS, HEADS)  # what a TP 1 rank of these pools holds
 AUX_LENS = (8, 16)
 SECRET = b"unit-test-secret-0123456789abcdef"
 
 
 @dataclass
 class FakePool:
-    """Per-layer bf16 K/V tensors and metadata rows, with their `PoolView` (page size 1)."""
+    """Per-layer bf16 K/V tensors and metadata rows, with their `PoolView` (page size 1).
+
+    `shard` says which KV heads of a tensor-parallel model the pool holds (its
+    ``heads`` of them); None is every head, on one rank.
+    """
 
     seed: int = 0
     slots: int = SLOTS
+    shard: HeadShard | None = None
 
     def __post_init__(self) -> None:
         g = torch.Generator().manual_seed(self.seed)
-        self.k = [torch.randn(self.slots, HEADS, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
-        self.v = [torch.randn(self.slots, HEADS, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
+        heads = HEADS if self.shard is None else self.shard.heads
+        self.k = [torch.randn(self.slots, heads, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
+        self.v = [torch.randn(self.slots, heads, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
         self.aux_rows = [np.zeros((4, n), dtype=np.uint8) for n in AUX_LENS]
         ptrs = tuple(row.ctypes.data_as(ctypes.c_void_p).value for row in self.aux_rows)
-        self.view = PoolView(tuple(self.k), tuple(self.v), 1, ptrs, AUX_LENS)
+        self.view = PoolView(tuple(self.k), tuple(self.v), 1, ptrs, AUX_LENS, self.shard)
 
     def snapshot(self, slots) -> list[torch.Tensor]:
         return [t[list(slots)].clone() for t in self.k + self.v]
@@ -120,3 +128,75 @@ def wait_for(condition, timeout_s: float = 30.0) -> bool:
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.01)
     return bool(condition())
+
+
+class LockstepGroup:
+    """The CPU group of `size` decode ranks, each run in its own thread (`run_ranks`):
+    every collective waits for all of them, as gloo's do, and lists must line up."""
+
+    def __init__(self, size: int) -> None:
+        import threading
+
+        self.size = size
+        self._barrier = threading.Barrier(size)
+        self._slots: list = [None] * size
+
+    def _exchange(self, rank: int, obj) -> list:
+        self._slots[rank] = obj
+        self._barrier.wait(timeout=10)
+        everyone = list(self._slots)
+        self._barrier.wait(timeout=10)
+        return everyone
+
+    def agreement(self, rank: int):
+        """Rank `rank`'s `RankAgreement` over this group."""
+        from lynx_patches.speculate.agree import RankAgreement
+
+        def reduce_max(flags):
+            everyone = self._exchange(rank, list(flags))
+            if any(len(other) != len(flags) for other in everyone):
+                raise AssertionError(f"ranks reduce lists of different lengths: {everyone}")
+            return [max(column) for column in zip(*everyone)]
+
+        return RankAgreement(reduce_max, lambda obj: self._exchange(rank, obj), self.size)
+
+
+def run_ranks(worlds, step):
+    """Run `step(world)` for every rank's world at once, one thread each; re-raise the first error."""
+    import threading
+
+    errors, results = [], [None] * len(worlds)
+
+    def run(index):
+        try:
+            results[index] = step(worlds[index])
+        except BaseException as exc:  # re-raised below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(worlds))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def gloo_agreement_rank(rank: int, port: int, views, out) -> None:
+    """One rank of a real two-process gloo group (a spawned process): agree `views[rank]`, gather a
+    reason from rank 1, put ``(rank, size, agreed, reasons)`` on `out`."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from lynx_patches.speculate.agree import RankAgreement
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        agreement = RankAgreement.of(SimpleNamespace(attn_tp_cpu_group=dist.new_group(backend="gloo")))
+        agreed = agreement.agree(views[rank])
+        reasons = agreement.reasons(["lost here" if rank == 1 else None])
+        out.put((rank, agreement.size, [int(r) for r in agreed], reasons))
+    finally:
+        dist.destroy_process_group()

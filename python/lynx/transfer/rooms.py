@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -239,11 +239,18 @@ class RoomTable:
         report of its anchor can follow (and promote a later request that reuses
         the room id). `report` must not call back into this table.
         """
+        return self.if_all_anchored((room,), lambda: report(room))
+
+    def if_all_anchored(self, rooms: Sequence[int], report: Callable[[], None]) -> bool:
+        """Call ``report()`` if every one of `rooms` (the parts of one request, `lynx.transfer.parts`)
+        is ANCHORED (or further), under the table's lock, as `if_anchored` does for one room: a
+        `close` of any part either comes first (nothing is reported) or waits for the report."""
         with self._cond:
-            entry = self._rooms.get(room)
-            if entry is None or entry.state not in (RoomState.ANCHORED, RoomState.LANDED, RoomState.COMPLETE):
-                return False
-            report(room)
+            for room in rooms:
+                entry = self._rooms.get(room)
+                if entry is None or entry.state not in (RoomState.ANCHORED, RoomState.LANDED, RoomState.COMPLETE):
+                    return False
+            report()
             return True
 
     def all_landed(self, room: int, complete: bool) -> None:

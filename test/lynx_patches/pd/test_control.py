@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from lynx.heads import HeadShard
 from lynx_patches.pd.control import (
     ControlError,
     DecodeRegistration,
@@ -24,7 +25,8 @@ def _metadata(**changes):
 
 
 def test_registration_round_trips_through_a_sealed_message():
-    reg = DecodeRegistration("127.0.0.1", 5000, "127.0.0.1:5000", 0, 1, (64, 8, 4), "manifest v2", 123)
+    heads = HeadShard(2, 1, 2, 3)
+    reg = DecodeRegistration("127.0.0.1", 5000, "127.0.0.1:5000", 1, 2, (64, 8, 4), "manifest v2", 123, heads)
     assert DecodeRegistration.from_parts(open_sealed(KEY, seal(KEY, reg.to_parts()), "registration")) == reg
 
 

@@ -9,7 +9,7 @@ import pytest
 from lynx.manifest import open_manifest, wire_version
 from lynx.transfer.keys import transfer_key
 from lynx.transfer.transport import Transport
-from pd_fakes import AUX_LENS, SECRET, FakePool, PrefillHost, config, wait_for
+from pd_fakes import AUX_LENS, SECRET, SHARD, FakePool, PrefillHost, config, wait_for
 
 from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata
 from lynx_patches.pd.prefill_encoder import Job
@@ -52,8 +52,10 @@ def side():
     side.close()
 
 
-def registration(issued_ns=10, version=None, aux=AUX_LENS):
-    return DecodeRegistration("127.0.0.1", 5000, SESSION, 0, 1, aux, version or wire_version(), issued_ns)
+def registration(issued_ns=10, version=None, aux=AUX_LENS, heads=SHARD):
+    return DecodeRegistration(
+        "127.0.0.1", 5000, SESSION, heads.tp_rank, heads.tp_size, aux, version or wire_version(), issued_ns, heads
+    )
 
 
 def metadata(room=9, tokens=20, endpoint=ENDPOINT):

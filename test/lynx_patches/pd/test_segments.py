@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from pd_fakes import AUX_LENS, SECRET, DecodeHost, FakePool, PrefillHost, config, wait_for
+from pd_fakes import AUX_LENS, SECRET, SHARD, DecodeHost, FakePool, PrefillHost, config, wait_for
 
 from lynx.manifest import wire_version
 from lynx.transfer.frames import HEADER_STRUCT
@@ -46,7 +46,7 @@ class Pair:
         self.prefill.attach(self.source.view)
         assert self.decode.claim(ROOM)
         nonce = self.decode.reserve(ROOM, DST, 1, 0.0, "prefill")
-        registration = DecodeRegistration("127.0.0.1", 5000, "s", 0, 1, AUX_LENS, wire_version(), 1)
+        registration = DecodeRegistration("127.0.0.1", 5000, "s", 0, 1, AUX_LENS, wire_version(), 1, SHARD)
         self.prefill.on_registration(registration, AUX_LENS)
         endpoint = self.decode.data_endpoint
         self.prefill.on_metadata(RoomMetadata(ROOM, "127.0.0.1", 5000, "s", 1, False, 0, TOKENS, nonce, endpoint))

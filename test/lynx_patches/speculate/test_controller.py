@@ -16,7 +16,7 @@ import pytest
 import torch
 from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject
 from lynx.transfer.keys import transfer_key
-from pd_fakes import SECRET, DecodeHost, FakePool, config, transfer_messages
+from pd_fakes import SECRET, DecodeHost, FakePool, LockstepGroup, config, run_ranks, transfer_messages
 
 from lynx_patches.pd.decode_side import DecodeSide
 from lynx_patches.speculate import commit
@@ -94,44 +94,62 @@ class Scheduler:
         return False
 
 
-@pytest.fixture
-def world(monkeypatch):
-    """A controller on a real decode side; `released` records KV releases, `freed` tail frees,
-    `checkpointed` radix-cache checkpoints."""
+def _verify_logits(sched, spans):
+    world = sched.world
+    world.passes.append([(span.req.rid, span.start, span.count) for span in spans])
+    rows = [world.predictions[s.req.rid][s.start : s.start + s.count] for s in spans]
+    tokens = torch.tensor([t for row in rows for t in row])
+    logits = torch.full((len(tokens), VOCAB), -10.0)
+    logits[torch.arange(len(tokens)), tokens] = 10.0
+    return logits
+
+
+def _predict(sched, spans, logits):
+    tokens = logits.argmax(-1).tolist()
+    out, start = [], 0
+    for span in spans:
+        out.append([Choice(t) for t in tokens[start : start + span.count]])
+        start += span.count
+    return out
+
+
+def make_world(agreement=None):
+    """A controller on a real decode side (one decode rank); `released` records KV releases,
+    `freed` tail frees, `checkpointed` radix-cache checkpoints, `passes` verify passes."""
     clock = SimpleNamespace(now=0.0)
     host = DecodeHost()
     side = DecodeSide(config(max_speculative_tokens=3, transfer_timeout=10.0), SECRET, host, "127.0.0.1", clock=lambda: clock.now)
     side.attach(FakePool(seed=1).view)
     scheduler = Scheduler()
-    released, freed, passes, predictions, checkpointed = [], [], [], {}, []
-
-    def verify_logits(sched, spans):
-        passes.append([(span.req.rid, span.start, span.count) for span in spans])
-        rows = [predictions[s.req.rid][s.start : s.start + s.count] for s in spans]
-        tokens = torch.tensor([t for row in rows for t in row])
-        logits = torch.full((len(tokens), VOCAB), -10.0)
-        logits[torch.arange(len(tokens)), tokens] = 10.0
-        return logits
-
-    def predict(sched, spans, logits):
-        tokens = logits.argmax(-1).tolist()
-        out, start = [], 0
-        for span in spans:
-            out.append([Choice(t) for t in tokens[start : start + span.count]])
-            start += span.count
-        return out
-
-    monkeypatch.setattr("sglang.srt.mem_cache.common.release_kv_cache", lambda req, tree, checkpoint: released.append((req.rid, checkpoint)))
-    monkeypatch.setattr("sglang.srt.mem_cache.common.checkpoint_kv_cache", lambda req, tree: checkpointed.append(req.rid))
-    monkeypatch.setattr(commit, "free_tail", lambda sched, req, keep: freed.append((req.rid, keep)))
-    monkeypatch.setattr(controller_module, "verify_logits", verify_logits)
-    monkeypatch.setattr(controller_module, "predict", predict)
     world = SimpleNamespace(
-        side=side, host=host, scheduler=scheduler, controller=SpecController(scheduler, side), clock=clock,
-        released=released, freed=freed, passes=passes, predictions=predictions, checkpointed=checkpointed,
+        side=side, host=host, scheduler=scheduler, controller=SpecController(scheduler, side, agreement), clock=clock,
+        released=[], freed=[], passes=[], predictions={}, checkpointed=[],
     )  # fmt: skip
+    scheduler.world = world
+    scheduler.tree_cache = SimpleNamespace(released=world.released, checkpointed=world.checkpointed)
+    return world
+
+
+@pytest.fixture
+def patched(monkeypatch):
+    """SGLang's KV release, radix cache and the verify forward replaced by recorders of each rank's world."""
+    monkeypatch.setattr(
+        "sglang.srt.mem_cache.common.release_kv_cache",
+        lambda req, tree, checkpoint: tree.released.append((req.rid, checkpoint)),
+    )
+    monkeypatch.setattr(
+        "sglang.srt.mem_cache.common.checkpoint_kv_cache", lambda req, tree: tree.checkpointed.append(req.rid)
+    )
+    monkeypatch.setattr(commit, "free_tail", lambda sched, req, keep: sched.world.freed.append((req.rid, keep)))
+    monkeypatch.setattr(controller_module, "verify_logits", _verify_logits)
+    monkeypatch.setattr(controller_module, "predict", _predict)
+
+
+@pytest.fixture
+def world(patched):
+    world = make_world()
     yield world
-    side.close()
+    world.side.close()
 
 
 def admit(world, rid, room, first_token=7, **req_args):
@@ -395,3 +413,56 @@ def test_a_request_already_finished_when_its_transfer_commits_leaves_no_room_beh
     assert committed == [req] and "gone" not in world.controller.reqs
     assert side.room_state(5) is None and side.live_count() == 0
     assert world.host.cancelled == [5], "the prefill is asked to stop sending the residual"
+
+
+@pytest.fixture
+def two_ranks(patched):
+    """The two decode ranks of a TP 2 server: a world each, agreeing over a lockstep group."""
+    group = LockstepGroup(2)
+    worlds = [make_world(group.agreement(rank)) for rank in range(2)]
+    yield worlds
+    for world in worlds:
+        world.side.close()
+
+
+def test_a_request_is_verified_only_once_every_decode_rank_has_applied_its_residual(two_ranks):
+    admitted = run_ranks(two_ranks, lambda w: admit(w, "a", 1))
+    for (req, _), world in zip(admitted, two_ranks):
+        req.output_ids += [1, 2, 3]
+        world.predictions["a"] = [1, 2, 3]
+    batches = [Batch([req]) for req, _ in admitted]
+    run_ranks(two_ranks, lambda w: w.controller.before_schedule(batches[two_ranks.index(w)]))  # both park
+    land_residual(two_ranks[0], admitted[0][1])
+    run_ranks(two_ranks, lambda w: w.controller.before_schedule(batches[two_ranks.index(w)]))
+    assert [w.passes for w in two_ranks] == [[], []], "rank 1 still waits for its residual: nobody verifies"
+    assert [state_of(req).anchor for req, _ in admitted] == [True, True]
+    assert [w.controller.waiting_on_peers for w in two_ranks] == [True, False]
+    land_residual(two_ranks[1], admitted[1][1])
+    run_ranks(two_ranks, lambda w: w.controller.before_schedule(batches[two_ranks.index(w)]))
+    assert [w.passes for w in two_ranks] == [[[("a", 0, 3)]]] * 2, "one pass, on both ranks, in the same iteration"
+    assert [req.output_ids for req, _ in admitted] == [[7, 1, 2, 3]] * 2
+    assert [w.controller.waiting_on_peers for w in two_ranks] == [False, False]
+
+
+def test_a_residual_that_failed_on_one_decode_rank_fails_the_request_on_every_rank(two_ranks):
+    admitted = run_ranks(two_ranks, lambda w: admit(w, "a", 1))
+    for req, _ in admitted:
+        req.output_ids += [1, 2]
+    land_residual(two_ranks[0], admitted[0][1])
+    two_ranks[1].side.on_prefill_failure(1, "prefill out of memory")
+    batches = [Batch([req]) for req, _ in admitted]
+    run_ranks(two_ranks, lambda w: w.controller.before_schedule(batches[two_ranks.index(w)]))
+    messages = [req.finished_reason.message for req, _ in admitted]
+    assert messages[1] == "residual KV failed: prefill out of memory"
+    assert messages[0] == "residual KV failed: prefill out of memory (on another decode rank)"
+    assert [req.output_ids for req, _ in admitted] == [[7], [7]] and [w.passes for w in two_ranks] == [[], []]
+    assert [w.released for w in two_ranks] == [[("a", False)]] * 2
+    assert all(w.side.room_state(1) is None and not w.controller.reqs for w in two_ranks)
+
+
+def test_unseeded_sampled_requests_draw_the_same_noise_on_every_decode_rank(two_ranks):
+    def sampled(world):
+        req, _ = admit(world, "s", 3)
+        return state_of(req).seed
+
+    assert len(set(run_ranks(two_ranks, sampled))) == 1

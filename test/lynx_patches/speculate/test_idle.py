@@ -77,3 +77,17 @@ def test_wake_ups_never_block_the_caller():
     for _ in range(100_000):
         waiter.wake()
     assert _timed(waiter) < 1.0
+
+
+def test_a_rank_whose_residual_waits_for_the_other_ranks_does_not_wait():
+    waiter, _ = _waiter(parked=True)
+    waiter.ready = lambda: True
+    assert _timed(waiter) < 1.0
+
+
+def test_a_rank_without_request_sockets_waits_no_longer_than_the_bound():
+    """Ranks above 0 have no idle sleeper: nothing but the bound ends their wait, so a rank 0
+    blocked in a collective waits at most that long for them."""
+    scheduler = SimpleNamespace(is_fully_idle=lambda: False, idle_sleeper=None)
+    waiter = IdleWait(scheduler, SimpleNamespace(landed=threading.Event()), parked=lambda: True, max_wait_s=0.05)
+    assert 0.05 <= _timed(waiter) < 1.0

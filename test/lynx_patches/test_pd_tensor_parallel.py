@@ -1,0 +1,173 @@
+"""Tensor parallelism inside a real prefill/decode pair: outputs equal tensor parallelism 1's.
+
+Each shape runs a real pair behind SGLang's router (SmolLM2, fp32 compute
+with a bf16 KV cache, `CPU_MODEL_ARGS`) and answers greedy requests, compared
+token for token with a reference at TP 1 (one server at a time: the
+reference's outputs are recorded and its server stopped before the pair
+starts). SmolLM2's 3 KV heads do not divide by 2: at TP 2 SGLang pads them to
+4, 2 per rank, so rank 1 holds head 2 and a zero head.
+
+References: ``lynx`` and ``int8`` modes equal a single TP 1 server with
+`--lynx-loopback --lynx-mode int8` (the int8 round trip of each prompt's KV,
+in-process), ``int4`` mode its int4 twin, ``bf16`` mode a plain TP 1 server.
+TP changes the order of the all-reduced sums, so where outputs part, the
+parting token must be the reference's second choice within `NEAR_TIE_GAP`
+(`lynx_testing.exactness`); the summary line counts such partings.
+
+Default tier: prefill TP 2 -> decode TP 2 in ``lynx`` mode on a slow link (the
+decode ranks draft on their anchors and agree before each verify pass).
+Extended tier (`--extended`): the other modes at TP 2 -> TP 2, and the
+heterogeneous shapes (prefill TP 2 -> decode TP 1, TP 1 -> TP 2) in ``lynx``
+and ``int8`` modes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from lynx_testing.deploy import PDDeployment
+from lynx_testing.exactness import compare_greedy
+from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
+from pd_scenarios import SLOW_LINK, request_body, top2
+
+pytestmark = pytest.mark.server
+
+PROMPT_TOKENS = (512, 1024, 1536)
+MAX_NEW_TOKENS = 24
+REFERENCE_ARGS = {
+    "lynx": ("--lynx-mode", "int8", "--lynx-loopback"),
+    "int8": ("--lynx-mode", "int8", "--lynx-loopback"),
+    "int4": ("--lynx-mode", "int4", "--lynx-loopback"),
+    "bf16": (),
+}
+MODE_ARGS = {
+    "lynx": ("--lynx-mode", "lynx", *SLOW_LINK),
+    "int8": ("--lynx-mode", "int8"),
+    "int4": ("--lynx-mode", "int4"),
+    "bf16": ("--lynx-mode", "bf16"),
+}
+
+
+@pytest.fixture(scope="module")
+def bodies(model_path) -> list[dict]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    return [request_body(tokenizer, n, index=i, max_new_tokens=MAX_NEW_TOKENS) for i, n in enumerate(PROMPT_TOKENS)]
+
+
+class References:
+    """TP 1 outputs (with top-2 logprobs) per reference kind, each server started the first time it is needed."""
+
+    def __init__(self, model_path, bodies, log_dir) -> None:
+        self._args, self._outputs = (model_path, bodies, log_dir), {}
+
+    def __getitem__(self, mode: str) -> list[dict]:
+        kind = REFERENCE_ARGS[mode]
+        if kind not in self._outputs:
+            model_path, bodies, log_dir = self._args
+            args = ["--lynx", *kind, *CPU_MODEL_ARGS]
+            name = "-".join(kind).replace("--", "") or "plain"
+            with SGLangServer(model_path, args, log_path=log_dir / f"tp-reference-{name}.log") as server:
+                extra = {"return_logprob": True, "top_logprobs_num": 2}
+                self._outputs[kind] = [post_json(f"{server.url}/generate", {**b, **extra}) for b in bodies]
+        return self._outputs[kind]
+
+
+@pytest.fixture(scope="module")
+def references(model_path, bodies, server_logs) -> References:
+    return References(model_path, bodies, server_logs)
+
+
+def run_pair(model_path, bodies, log_dir, secret_file, mode: str, prefill_tp: int, decode_tp: int) -> dict:
+    """One pair's answers, its (prefill, decode) TP sizes, and the decode server's free KV slots
+    before and after."""
+    args = [*MODE_ARGS[mode], "--lynx-secret-file", str(secret_file)]
+    with PDDeployment(
+        model_path,
+        args,
+        extra_args=CPU_MODEL_ARGS,
+        prefill_args=("--tp-size", str(prefill_tp)),
+        decode_args=("--tp-size", str(decode_tp)),
+        max_total_tokens=8192,
+        log_dir=log_dir / f"tp-{mode}-{prefill_tp}-{decode_tp}",
+    ) as pd:
+        info = pd.decode.get_json("/server_info")
+        free_before = _free_slots(pd.decode)
+        answers = [post_json(f"{pd.url}/generate", body) for body in bodies]
+        deadline = time.monotonic() + 30
+        while _free_slots(pd.decode) != free_before and time.monotonic() < deadline:
+            time.sleep(0.5)  # the last request's slots go back just after its answer
+        tp = (pd.prefill.get_json("/server_info")["tp_size"], info["tp_size"])
+        return {"answers": answers, "tp": tp, "free": (free_before, _free_slots(pd.decode))}
+
+
+def _free_slots(server: SGLangServer) -> int:
+    return server.get_json("/server_info")["internal_states"][0]["lynx"]["kv_free_slots"]
+
+
+def assert_equal_to_reference(reference: list[dict], answers: list[dict], label: str) -> None:
+    verdicts = []
+    for ref, answer in zip(reference, answers, strict=True):
+        result = compare_greedy(ref["output_ids"], answer["output_ids"], top2(ref))
+        assert result.ok, f"{label}: {result.detail}"
+        verdicts.append(result.verdict)
+    print(f"\n{label}: {verdicts.count('equal')} equal, {verdicts.count('near_tie')} parted at a near-tie")
+
+
+@pytest.fixture(scope="module")
+def secret_file(server_logs):
+    import secrets
+
+    path = server_logs / "tp-secret"
+    path.write_text(secrets.token_hex(32))
+    return path
+
+
+@pytest.fixture(scope="module")
+def lynx_tp2(model_path, bodies, server_logs, secret_file, references) -> dict:
+    references["lynx"]  # the TP 1 reference runs (and stops) first: one deployment at a time
+    return run_pair(model_path, bodies, server_logs, secret_file, "lynx", 2, 2)
+
+
+def test_lynx_mode_prefill_tp2_to_decode_tp2_equals_tp1(lynx_tp2, references):
+    assert lynx_tp2["tp"] == (2, 2)
+    assert_equal_to_reference(references["lynx"], lynx_tp2["answers"], "lynx tp2->tp2")
+
+
+def test_tp2_decode_ranks_speculate_and_verify_together(lynx_tp2):
+    metrics = [a["meta_info"]["lynx"] for a in lynx_tp2["answers"]]
+    assert sum(m["speculative_tokens"] for m in metrics) > 0, metrics
+    assert all(m["verify_batch"] >= 1 for m in metrics if m["speculative_tokens"]), metrics
+
+
+def test_tp2_decode_server_frees_every_kv_slot(lynx_tp2):
+    before, after = lynx_tp2["free"]
+    assert after == before
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("mode", ["bf16", "int8", "int4"])
+def test_every_mode_prefill_tp2_to_decode_tp2_equals_tp1(model_path, bodies, server_logs, secret_file, references, mode):
+    reference = references[mode]
+    run = run_pair(model_path, bodies, server_logs, secret_file, mode, 2, 2)
+    assert run["free"][1] == run["free"][0]
+    assert_equal_to_reference(reference, run["answers"], f"{mode} tp2->tp2")
+
+
+@pytest.mark.extended
+@pytest.mark.parametrize("mode", ["lynx", "int8"])
+@pytest.mark.parametrize("prefill_tp,decode_tp", [(2, 1), (1, 2)], ids=["tp2->tp1", "tp1->tp2"])
+def test_heterogeneous_tp_equals_tp1(
+    model_path, bodies, server_logs, secret_file, references, mode, prefill_tp, decode_tp
+):
+    """Each decode rank gets exactly its heads: from both prefill ranks (2 -> 1), or its share of the
+    one prefill rank's, which encodes each decode rank's heads apart (1 -> 2)."""
+    reference = references[mode]
+    run = run_pair(model_path, bodies, server_logs, secret_file, mode, prefill_tp, decode_tp)
+    assert run["tp"] == (prefill_tp, decode_tp) and run["free"][1] == run["free"][0]
+    label = f"{mode} tp{prefill_tp}->tp{decode_tp}"
+    assert_equal_to_reference(reference, run["answers"], label)
+    if mode == "lynx":
+        assert sum(a["meta_info"]["lynx"]["speculative_tokens"] for a in run["answers"]) > 0
