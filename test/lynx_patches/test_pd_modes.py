@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from lynx_testing.exactness import compare_greedy, compare_sampled, sampling_pit
-from pd_scenarios import DEPLOYMENTS, top2, top_logprobs
+from lynx_testing.exactness import compare_sampled, sampling_pit
+from pd_scenarios import DEPLOYMENTS, assert_greedy_answers_equal, top_logprobs
 
 pytestmark = pytest.mark.server
 
@@ -38,16 +38,6 @@ def runs(pd_runs):
 
 def _ids(answers) -> list[list[int]]:
     return [a["output_ids"] for a in answers]
-
-
-def _near_tie_compare(reference_answers, candidate_answers, label: str) -> list[str]:
-    verdicts = []
-    for ref, cand in zip(reference_answers, candidate_answers, strict=True):
-        result = compare_greedy(ref["output_ids"], cand["output_ids"], top2(ref))
-        assert result.ok, f"{label}: {result.detail}"
-        verdicts.append(result.verdict)
-    print(f"\n{label}: {verdicts.count('equal')} equal, {verdicts.count('near_tie')} parted at a near-tie")
-    return verdicts
 
 
 def test_openai_chat_completion_through_the_router(runs):
@@ -90,7 +80,7 @@ def test_every_mode_over_mooncake_equals_zeromq(runs, mode, suite):
     ],
 )
 def test_lynx_mode_greedy_output_equals_full_precision_reference(runs, lynx, reference):
-    _near_tie_compare(runs[reference].outputs["greedy"], runs[lynx].outputs["greedy"], f"{lynx} vs {reference}")
+    assert_greedy_answers_equal(runs[reference].outputs["greedy"], runs[lynx].outputs["greedy"], f"{lynx} vs {reference}")
 
 
 def _metrics(answers) -> list[dict]:
@@ -127,7 +117,7 @@ def test_two_bit_anchor_forces_rollbacks_and_stays_exact(runs):
 def test_stop_conditions_inside_the_speculative_window_match_full_precision(runs):
     references = runs["int8"].outputs["stops"]
     answers = runs["lynx"].outputs["stops"]
-    _near_tie_compare(references, answers, "stops")
+    assert_greedy_answers_equal(references, answers, "stops")
     for ref, answer in zip(references, answers):
         if ref["output_ids"] == answer["output_ids"]:
             assert answer["text"] == ref["text"]
@@ -188,7 +178,7 @@ def test_concurrent_requests_in_mixed_phases_are_exact(runs, bodies):
     reference = {chat_text_key(b): a for b, a in _pairs(runs["int8"], bodies)}
     answers = runs["lynx"].outputs["concurrent"]
     expected = [reference[chat_text_key(b)] for b in bodies["concurrent"]]
-    _near_tie_compare(expected, answers, "concurrent")
+    assert_greedy_answers_equal(expected, answers, "concurrent")
 
 
 def chat_text_key(body: dict) -> str:
@@ -209,7 +199,7 @@ def test_decode_radix_cache_never_shares_anchor_precision_kv(runs):
     assert b["meta_info"]["lynx"]["transferred_tokens"] == prompt
     assert c["meta_info"]["lynx"]["transferred_tokens"] < prompt
     reference = runs["int8"].outputs["greedy"][1]
-    _near_tie_compare([reference] * 3, [a, b, c], "radix A/B/C vs int8")
+    assert_greedy_answers_equal([reference] * 3, [a, b, c], "radix A/B/C vs int8")
 
 
 @pytest.mark.parametrize(

@@ -27,9 +27,8 @@ import time
 
 import pytest
 from lynx_testing.deploy import PDDeployment
-from lynx_testing.exactness import compare_greedy
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
-from pd_scenarios import SLOW_LINK, request_body, top2
+from pd_scenarios import SLOW_LINK, assert_greedy_answers_equal, request_body
 
 pytestmark = pytest.mark.server
 
@@ -107,15 +106,6 @@ def _free_slots(server: SGLangServer) -> int:
     return server.get_json("/server_info")["internal_states"][0]["lynx"]["kv_free_slots"]
 
 
-def assert_equal_to_reference(reference: list[dict], answers: list[dict], label: str) -> None:
-    verdicts = []
-    for ref, answer in zip(reference, answers, strict=True):
-        result = compare_greedy(ref["output_ids"], answer["output_ids"], top2(ref))
-        assert result.ok, f"{label}: {result.detail}"
-        verdicts.append(result.verdict)
-    print(f"\n{label}: {verdicts.count('equal')} equal, {verdicts.count('near_tie')} parted at a near-tie")
-
-
 @pytest.fixture(scope="module")
 def secret_file(server_logs):
     import secrets
@@ -133,7 +123,7 @@ def lynx_tp2(model_path, bodies, server_logs, secret_file, references) -> dict:
 
 def test_lynx_mode_prefill_tp2_to_decode_tp2_equals_tp1(lynx_tp2, references):
     assert lynx_tp2["tp"] == (2, 2)
-    assert_equal_to_reference(references["lynx"], lynx_tp2["answers"], "lynx tp2->tp2")
+    assert_greedy_answers_equal(references["lynx"], lynx_tp2["answers"], "lynx tp2->tp2")
 
 
 def test_tp2_decode_ranks_speculate_and_verify_together(lynx_tp2):
@@ -153,7 +143,7 @@ def test_every_mode_prefill_tp2_to_decode_tp2_equals_tp1(model_path, bodies, ser
     reference = references[mode]
     run = run_pair(model_path, bodies, server_logs, secret_file, mode, 2, 2)
     assert run["free"][1] == run["free"][0]
-    assert_equal_to_reference(reference, run["answers"], f"{mode} tp2->tp2")
+    assert_greedy_answers_equal(reference, run["answers"], f"{mode} tp2->tp2")
 
 
 @pytest.mark.extended
@@ -168,6 +158,6 @@ def test_heterogeneous_tp_equals_tp1(
     run = run_pair(model_path, bodies, server_logs, secret_file, mode, prefill_tp, decode_tp)
     assert run["tp"] == (prefill_tp, decode_tp) and run["free"][1] == run["free"][0]
     label = f"{mode} tp{prefill_tp}->tp{decode_tp}"
-    assert_equal_to_reference(reference, run["answers"], label)
+    assert_greedy_answers_equal(reference, run["answers"], label)
     if mode == "lynx":
         assert sum(a["meta_info"]["lynx"]["speculative_tokens"] for a in run["answers"]) > 0

@@ -17,6 +17,7 @@ from lynx.heads import HeadShard
 from lynx.manifest import Manifest, dtype_name
 from lynx.transfer.frames import AUX_STREAM, FrameHeader, encode_frame
 from lynx.transfer.policy import chunk_spans
+from lynx.transfer.transport import Transport
 
 from lynx_patches.pd.pool import PoolView
 
@@ -93,6 +94,19 @@ class PrefillHost:
 
     def failed(self, room):
         return any(r == room for r, _ in self.failures)
+
+
+class Recorder(Transport):
+    """A transport that keeps every message it is given, as (endpoint, parts as bytes)."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, endpoint, parts):
+        self.sent.append((endpoint, [bytes(p) for p in parts]))
+
+    def close(self):
+        pass
 
 
 def config(**options) -> LynxConfig:

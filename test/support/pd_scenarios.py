@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lynx_testing.deploy import SERVED_MODEL, PDDeployment
+from lynx_testing.exactness import compare_greedy
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
 from lynx_testing.netns import INSIDE_ENV, run_isolated
 from lynx_testing.prompts import chat_prompt, long_question
@@ -304,6 +305,18 @@ def _chat(url: str, messages: list) -> dict:
 def top2(answer: dict) -> list:
     """Per output position ``((token, logprob), (token, logprob))`` from a reference answer."""
     return [((int(p[0][1]), p[0][0]), (int(p[1][1]), p[1][0])) for p in answer["meta_info"]["output_top_logprobs"]]
+
+
+def assert_greedy_answers_equal(reference_answers: list[dict], candidate_answers: list[dict], label: str) -> list[str]:
+    """Each candidate's tokens equal its reference's (the near-tie rule on the reference's top 2); prints and
+    returns the verdicts."""
+    verdicts = []
+    for ref, cand in zip(reference_answers, candidate_answers, strict=True):
+        result = compare_greedy(ref["output_ids"], cand["output_ids"], top2(ref))
+        assert result.ok, f"{label}: {result.detail}"
+        verdicts.append(result.verdict)
+    print(f"\n{label}: {verdicts.count('equal')} equal, {verdicts.count('near_tie')} parted at a near-tie")
+    return verdicts
 
 
 def top_logprobs(answer: dict) -> list[dict[int, float]]:

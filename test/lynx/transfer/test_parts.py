@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
 from lynx.transfer.parts import PartedRooms
 from lynx.transfer.rooms import DuplicateRoom, Room, RoomState, RoomTable
+from races import assert_close_waits_for_the_report
 
 
 class Clock:
@@ -56,25 +55,8 @@ def test_the_request_is_reported_anchored_once_every_part_is_and_a_close_of_a_pa
     _anchor(table, 7)
     assert not rooms.if_anchored(7, reported.append) and reported == []  # part 70 is still reserved
     _anchor(table, 70)
-    inside, go = threading.Event(), threading.Event()
-
-    def slow_report(request):
-        inside.set()
-        go.wait(10)
-        reported.append(request)
-
-    reporter = threading.Thread(target=rooms.if_anchored, args=(7, slow_report))
-    reporter.start()
-    assert inside.wait(10)
-    closer = threading.Thread(target=table.close, args=(70,))
-    closer.start()
-    closer.join(0.2)
-    assert closer.is_alive(), "a part closed while the request's anchor was being reported"
-    go.set()
-    reporter.join(10)
-    closer.join(10)
-    assert reported == [7] and table.get(70) is None
-    assert not rooms.if_anchored(7, reported.append) and reported == [7]  # a part is gone: never again
+    assert_close_waits_for_the_report(rooms.if_anchored, 7, lambda: table.close(70))  # a part closes
+    assert table.get(70) is None
 
 
 def test_a_part_that_stops_moving_fails_every_part(rooms):

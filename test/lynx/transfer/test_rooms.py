@@ -5,6 +5,7 @@ import threading
 import numpy as np
 import pytest
 from lynx.transfer.rooms import DuplicateRoom, Room, RoomState, RoomTable
+from races import assert_close_waits_for_the_report
 
 
 class Clock:
@@ -227,22 +228,5 @@ def test_the_anchor_is_reported_only_while_the_room_is_anchored_and_a_close_wait
     reserve(rooms, room=8)
     assert not rooms.if_anchored(8, reported.append)  # still reserved
     anchored(rooms)
-    inside, go = threading.Event(), threading.Event()
-
-    def slow_report(room):
-        inside.set()
-        go.wait(10)
-        reported.append(room)
-
-    reporter = threading.Thread(target=rooms.if_anchored, args=(7, slow_report))
-    reporter.start()
-    assert inside.wait(10)
-    closer = threading.Thread(target=rooms.close, args=(7,))
-    closer.start()
-    closer.join(0.2)
-    assert closer.is_alive(), "close returned while the anchor was being reported"
-    go.set()
-    reporter.join(10)
-    closer.join(10)
-    assert reported == [7] and rooms.get(7) is None
-    assert not rooms.if_anchored(7, reported.append) and reported == [7]
+    assert_close_waits_for_the_report(rooms.if_anchored, 7, lambda: rooms.close(7))
+    assert rooms.get(7) is None

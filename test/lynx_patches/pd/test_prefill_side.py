@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from lynx.manifest import open_manifest, wire_version
 from lynx.transfer.keys import transfer_key
-from lynx.transfer.transport import Transport
-from pd_fakes import AUX_LENS, SECRET, SHARD, FakePool, PrefillHost, config, wait_for
+from pd_fakes import AUX_LENS, SECRET, SHARD, FakePool, PrefillHost, Recorder, config, wait_for
 
 from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata
 from lynx_patches.pd.prefill_encoder import Job
@@ -26,17 +25,6 @@ class Clock:
 
     def __call__(self):
         return self.now
-
-
-class Recorder(Transport):
-    def __init__(self):
-        self.sent = []
-
-    def send(self, endpoint, parts):
-        self.sent.append((endpoint, [bytes(p) for p in parts]))
-
-    def close(self):
-        pass
 
 
 @pytest.fixture

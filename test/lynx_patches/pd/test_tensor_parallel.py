@@ -11,13 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from pd_fakes import AUX_LENS, DIM, LAYERS, SECRET, DecodeHost, FakePool, PrefillHost, config
+from pd_fakes import AUX_LENS, DIM, LAYERS, SECRET, DecodeHost, FakePool, PrefillHost, Recorder, config
 
 from lynx.heads import HeadShard, transfer_room
 from lynx.manifest import wire_version
 from lynx.transfer.frames import AUX_STREAM, HEADER_STRUCT
 from lynx.transfer.rooms import RoomState
-from lynx.transfer.transport import Transport
 from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata
 from lynx_patches.pd.decode_side import DecodeSide
 from lynx_patches.pd.prefill_side import PrefillSide
@@ -59,17 +58,6 @@ def tp1_result(mode: str, streams_used: int) -> list[torch.Tensor]:
     streams = wire.encode([t[:, :REAL_HEADS] for t in k], [t[:, :REAL_HEADS] for t in v], torch.from_numpy(SRC))
     wire.write(streams[:streams_used], target.view.shape(TOKENS), target.k, target.v, torch.from_numpy(DST))
     return target.snapshot(DST)
-
-
-class Recorder(Transport):
-    def __init__(self):
-        self.sent = []
-
-    def send(self, endpoint, parts):
-        self.sent.append((endpoint, [bytes(p) for p in parts]))
-
-    def close(self):
-        pass
 
 
 class Servers:
