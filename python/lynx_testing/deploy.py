@@ -41,6 +41,11 @@ SERVED_MODEL = "smollm2"
 # prefill's announcement (SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s) must
 # cover a queue of such prefills; after it Lynx's own no-progress timeout runs.
 PD_SERVER_ENV = {"SGLANG_HEALTH_CHECK_TIMEOUT": "600", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "1800"}
+ROUTER_PORT_ATTEMPTS = 3  # the router's port is picked free, but a server may take it before the router binds it
+
+
+class RouterPortTaken(ServerStartError):
+    """The router exited because another process had bound its port."""
 
 
 class PDDeployment:
@@ -97,8 +102,7 @@ class PDDeployment:
             log_path=self.log_dir / "decode.log",
             env=env,
         )
-        self.router_port = free_port()
-        self.url = f"http://{HOST}:{self.router_port}"
+        self._use_router_port(free_port())
         self.router: subprocess.Popen | None = None
 
     def start(self, timeout: float = 600.0) -> PDDeployment:
@@ -108,9 +112,20 @@ class PDDeployment:
         self.decode.start()
         self.prefill.wait_ready(timeout=deadline - time.monotonic())
         self.decode.wait_ready(timeout=deadline - time.monotonic())
-        self._start_router()
-        self._wait_router(deadline)
+        for attempt in range(ROUTER_PORT_ATTEMPTS):
+            self._start_router()
+            try:
+                self._wait_router(deadline)
+                return self
+            except RouterPortTaken:
+                if attempt == ROUTER_PORT_ATTEMPTS - 1:
+                    raise
+                self._use_router_port(free_port())  # another process took it while the servers started
         return self
+
+    def _use_router_port(self, port: int) -> None:
+        self.router_port = port
+        self.url = f"http://{HOST}:{port}"
 
     def _start_router(self) -> None:
         smg = Path(sys.executable).with_name("smg")
@@ -146,7 +161,9 @@ class PDDeployment:
         body = {"model": self.served_model_name, "prompt": "Hi", "max_tokens": 1, "temperature": 0}
         while time.monotonic() < deadline:
             if self.router is None or self.router.poll() is not None:
-                raise ServerStartError(f"router exited\n{log_tail(self.log_dir / 'router.log')}")
+                tail = log_tail(self.log_dir / "router.log")
+                error = RouterPortTaken if "Address already in use" in tail else ServerStartError
+                raise error(f"router exited\n{tail}")
             try:
                 post_json(f"{self.url}/v1/completions", body, timeout=60)
                 return
