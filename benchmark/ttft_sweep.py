@@ -62,6 +62,7 @@ REQUEST_TYPES = {
     "repetition": {"sampling_params": {"repetition_penalty": 1.2}},
 }
 VERIFY_STAGES = ("upgrade_s", "forward_s", "predict_s", "commit_s")
+FLOOR = "floor"  # the rows of the single non-disaggregated server
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -179,6 +180,7 @@ def main(argv=None) -> int:
                     row = rows[-1]
                     print(f"    {tokens} tokens, {kind}: t1 {row['t1_s']:.2f}s, prefill {prefill_s:.2f}s",
                           file=sys.stderr, flush=True)  # fmt: skip
+        write_json(args, rows)  # what was measured so far survives a later failure
     if args.floor:
         rows += floor_rows(model, tokenizer, kinds, prefill_times, args)
     add_ratios(rows)
@@ -188,11 +190,16 @@ def main(argv=None) -> int:
     for p in pipelining(rows):
         print(f"pipelining {p['mode']} {p['link_gbps']:g} Gbps {p['prompt_tokens']} tokens {p['request_type']}: "
               f"t1 segments of {p['segment_tokens']} / whole = {p['t1_on_over_off']:.3f}")  # fmt: skip
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    document = {"args": vars(args), "rows": rows, "verdicts": verdicts(rows), "pipelining": pipelining(rows)}
-    Path(args.json).write_text(json.dumps(document, indent=2))
+    write_json(args, rows)
     print(f"\nJSON: {args.json}")
     return 0
+
+
+def write_json(args, rows: list[dict]) -> None:
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    add_ratios(rows)
+    document = {"args": vars(args), "rows": rows, "verdicts": verdicts(rows), "pipelining": pipelining(rows)}
+    Path(args.json).write_text(json.dumps(document, indent=2))
 
 
 def floor_rows(model, tokenizer, kinds: list[str], prefill_times: dict[int, list[float]], args) -> list[dict]:
@@ -210,7 +217,7 @@ def floor_rows(model, tokenizer, kinds: list[str], prefill_times: dict[int, list
                     body = request_body(tokenizer, tokens, index, kind, args.max_tokens, seed=1000 + repeat)
                     runs.append(stream_generate(f"{server.url}/generate", body, nth=_ints(args.nth)))
                 prefill_s = statistics.median(prefill_times[tokens]) if prefill_times.get(tokens) else None
-                rows.append(summarize("floor", None, tokens, kind, prefill_s, runs) | {"segment_tokens": None, "transport": None})
+                rows.append(summarize(FLOOR, None, tokens, kind, prefill_s, runs) | {"segment_tokens": None, "transport": None})
     return rows
 
 
@@ -221,7 +228,7 @@ def summarize(mode: str, rate: float, tokens: int, kind: str, prefill_s: float, 
 
     prompt_tokens = runs[0]["prompt_tokens"]
     shape = KVShape(SMOLLM2.num_layers, prompt_tokens, SMOLLM2.kv_heads, SMOLLM2.head_dim, _bf16())
-    stream_bytes = WireFormat.for_mode(mode, "int8").stream_sizes(shape)
+    stream_bytes = () if mode == FLOOR else WireFormat.for_mode(mode, "int8").stream_sizes(shape)
     return {
         "mode": mode,
         "link_gbps": rate,
@@ -277,7 +284,7 @@ def verdicts(rows: list[dict]) -> list[dict]:
     for (mode, rate, tokens, kind), lynx in index.items():
         if mode != "lynx":
             continue
-        floor = index.get(("floor", None, tokens, kind))
+        floor = index.get((FLOOR, None, tokens, kind))
         int4, int8 = index.get(("int4", rate, tokens, kind)), index.get(("int8", rate, tokens, kind))
         entry = {"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind}
         if int4 and int4.get("t1_s") and lynx.get("t1_s"):

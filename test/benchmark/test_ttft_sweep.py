@@ -103,3 +103,13 @@ def test_lynx_point_reports_nth_tokens_arrivals_acceptance_and_verify_stages(tmp
         assert len(row["stream_bytes"]) == 2 and row["stream_bytes"][0] > 0
         assert 0 <= row["accepted_tokens"] <= row["speculative_tokens"]
     assert sum(r["speculative_tokens"] for r in rows) > 0
+
+
+def test_the_floor_rows_summarize_without_a_wire_format(tmp_path):
+    sweep = _sweep()
+    run = {"t1_s": 5.0, "t8_s": 5.7, "prompt_tokens": 1072, "completion_tokens": 16}
+    row = sweep.summarize(sweep.FLOOR, None, 1072, "greedy", 6.5, [run, {**run, "t1_s": 5.4}, {**run, "t1_s": 4.8}])
+    assert row["stream_bytes"] == [] and row["t1_s"] == 5.0 and row["repeats"] == 3
+    args = sweep.parse_args(["--json", str(tmp_path / "sweep.json")])
+    sweep.write_json(args, [row | {"segment_tokens": None, "transport": None}])
+    assert json.loads((tmp_path / "sweep.json").read_text())["rows"][0]["mode"] == "floor"
