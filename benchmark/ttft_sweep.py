@@ -183,14 +183,13 @@ def main(argv=None) -> int:
         write_json(args, rows)  # what was measured so far survives a later failure
     if args.floor:
         rows += floor_rows(model, tokenizer, kinds, prefill_times, args)
-    add_ratios(rows)
+    write_json(args, rows)  # also gives every row its transfer/prefill ratio, which the table shows
     print_table(rows)
     print()
     print_verdicts(verdicts(rows))
     for p in pipelining(rows):
         print(f"pipelining {p['mode']} {p['link_gbps']:g} Gbps {p['prompt_tokens']} tokens {p['request_type']}: "
               f"t1 segments of {p['segment_tokens']} / whole = {p['t1_on_over_off']:.3f}")  # fmt: skip
-    write_json(args, rows)
     print(f"\nJSON: {args.json}")
     return 0
 
