@@ -92,15 +92,22 @@ class WireFormat:
     def segments(self, num_tokens: int, segment_tokens: int) -> list[tuple[int, int]]:
         """``(first_token, num_tokens)`` of each segment of a `num_tokens`-token transfer.
 
-        Boundaries fall at ``sink_tokens + k * segment_tokens``; `segment_tokens`
-        (0: one segment) must be a multiple of the codec's key group.
+        Segment ``k`` ends at the last key-group boundary (``sink_tokens + m *
+        key_group_tokens``) at or before ``(k + 1) * segment_tokens``, so it is
+        complete once the prefill has computed the first ``(k + 1) *
+        segment_tokens`` tokens: with SGLang's chunked prefill in chunks of
+        `segment_tokens`, each segment can go as soon as the chunk it ends in
+        is computed. `segment_tokens` (0: one segment) must be a multiple of
+        the codec's key group; a transfer of at most `segment_tokens` tokens is
+        one segment.
         """
         sinks, group = (0, 1) if self.spec is None else (self.spec.sink_tokens, self.spec.key_group_tokens)
         if not isinstance(segment_tokens, int) or segment_tokens < 0 or segment_tokens % group:
             raise ValueError(f"segment_tokens must be 0 or a positive multiple of {group}, got {segment_tokens!r}")
-        if segment_tokens == 0 or num_tokens <= sinks + segment_tokens:
+        if segment_tokens == 0 or num_tokens <= segment_tokens:
             return [(0, num_tokens)]
-        bounds = [0, *range(sinks + segment_tokens, num_tokens, segment_tokens), num_tokens]
+        ends = {sinks + (end - sinks) // group * group for end in range(segment_tokens, num_tokens, segment_tokens)}
+        bounds = [0, *sorted(end for end in ends if end > 0), num_tokens]
         return [(start, end - start) for start, end in zip(bounds, bounds[1:])]
 
     def segment_shapes(self, shape: KVShape, segment_tokens: int) -> list[KVShape]:

@@ -21,7 +21,7 @@ from lynx.kvwire import KVShape, WireFormat
 from lynx.transfer import frames
 
 MANIFEST_TAG = b"LYNX_MANIFEST"
-MANIFEST_VERSION = 4
+MANIFEST_VERSION = 5
 MAX_MANIFEST_BYTES = 4096
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _INT_FIELDS = (

@@ -129,12 +129,24 @@ def test_segments_decode_exactly_like_one_whole_encoding(mode):
         assert torch.equal(seg_v[layer][dst], whole_v[layer][dst])
 
 
-def test_segment_boundaries_follow_the_sinks_and_the_key_groups():
+def test_segment_boundaries_are_key_group_boundaries_at_or_before_each_chunk_end():
+    """A segment must be complete when the prefill chunk it ends in is: with 4 sinks and key
+    groups of 64, a chunk boundary at 128 tokens is preceded by the key boundary 68 (4 + 64)."""
     wire = WireFormat.for_mode("lynx", "int8")
-    sinks = wire.spec.sink_tokens
+    sinks, group = wire.spec.sink_tokens, wire.spec.key_group_tokens
+    assert (sinks, group) == (4, 64)
     assert wire.segments(1000, 0) == [(0, 1000)]
     assert wire.segments(100, 128) == [(0, 100)]
-    assert wire.segments(300, 128) == [(0, sinks + 128), (sinks + 128, 128), (sinks + 256, 300 - sinks - 256)]
+    assert wire.segments(128, 128) == [(0, 128)]
+    assert wire.segments(300, 128) == [(0, 68), (68, 128), (196, 104)]
+    assert wire.segments(1072, 512) == [(0, 452), (452, 512), (964, 108)]
+    for tokens in range(1, 1200, 37):
+        pieces = wire.segments(tokens, 256)
+        assert sum(n for _, n in pieces) == tokens and all(n > 0 for _, n in pieces)
+        ends = [first + n for first, n in pieces]
+        for k, end in enumerate(ends[:-1]):
+            assert (end - sinks) % group == 0 and (k + 1) * 256 - group < end <= (k + 1) * 256
+    assert WireFormat.for_mode("bf16", "int8").segments(300, 128) == [(0, 128), (128, 128), (256, 44)]
     with pytest.raises(ValueError, match="multiple of 64"):
         wire.segments(300, 100)
 
