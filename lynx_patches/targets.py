@@ -35,6 +35,8 @@ STREAM_ACCEPT = "sglang.srt.managers.scheduler_components.output_streamer._Gener
 REQ_UPDATE_FINISH_STATE = "sglang.srt.managers.schedule_batch.Req.update_finish_state"
 SAMPLER_FORWARD = "sglang.srt.layers.sampler.Sampler.forward"
 MOONCAKE_SENDER_INIT = "sglang.srt.disaggregation.mooncake.conn.MooncakeKVSender.__init__"
+SCHEDULER_RUN_BATCH = "sglang.srt.managers.scheduler.Scheduler.run_batch"
+MHA_SET_KV_BUFFER = "sglang.srt.mem_cache.memory_pool.MHATokenToKVPool.set_kv_buffer"
 
 # The logprob lists of a request (`Req().logprob`) that a rollback truncates.
 LOGPROB_LISTS = (
@@ -160,7 +162,7 @@ USED = (
         "rid origin_input_ids output_ids sampling_params bootstrap_room kv logprob return_logprob grammar "
         "to_finish finished_reason finished send_token_offset skip_radix_cache_insert customized_info "
         "inflight_middle_chunks custom_logit_processor return_hidden_states return_sampling_mask "
-        "require_reasoning lora_id beam_group",
+        "require_reasoning lora_id beam_group prefix_len extend_end disagg_decode_prefix_len disagg_kv_sender",
     ),
     *_instance(f"{_BATCH}.ReqKvInfo", "req_pool_idx kv_allocated_len kv_committed_len"),
     *_instance(f"{_BATCH}.ReqLogprob", " ".join(("top_logprobs_num token_ids_logprob", *LOGPROB_LISTS))),
@@ -186,7 +188,9 @@ USED = (
     f"{_POOL}.MHATokenToKVPool.set_kv_buffer(layer, loc_info, cache_k, cache_v)",
     f"{_POOL}.MHATokenToKVPool.get_key_buffer(layer_id)",
     f"{_POOL}.MHATokenToKVPool.get_value_buffer(layer_id)",
-    *_instance(f"{_POOL}.MHATokenToKVPool", "k_buffer v_buffer page_size dtype store_dtype head_num"),
+    *_instance(f"{_POOL}.MHATokenToKVPool", "k_buffer v_buffer page_size dtype store_dtype head_num start_layer"),
+    f"{_SCHEDULER}.run_batch(batch)",
+    f"{_FORWARD}.ForwardMode.is_extend",
     "sglang.srt.mem_cache.common.release_kv_cache(req, tree_cache, checkpoint)",
     "sglang.srt.mem_cache.common.checkpoint_kv_cache(req, tree_cache)",
     # The verify pass: a forward, its logits, SGLang's sampling state and sampler.

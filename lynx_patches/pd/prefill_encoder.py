@@ -5,6 +5,11 @@ Each segment is encoded from the pool into the mode's streams; segment 0 goes
 after the room's manifest, MAC'd by the transfer's key. Anchors are queued on
 the `PrioritySender` at once, residuals once the whole batch is encoded. The
 last job of a room queues its request metadata and reports it Success.
+
+A segment the running forward completes (`Streaming`) is encoded layer by
+layer as the forward writes them (`lynx_patches.pd.layers`): each stream's
+frames go to the sender as soon as their bytes are final, the same frames the
+whole segment would have made.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ from lynx.heads import HeadSlice, transfer_room
 from lynx.kvwire import WireFormat
 from lynx.manifest import Manifest, dtype_name
 from lynx.transfer.frames import AUX_STREAM
+from lynx.transfer.chunking import frames_ready
 from lynx.transfer.keys import transfer_key
 from lynx.transfer.sender import PrioritySender
 
 from lynx_patches.pd.control import RoomMetadata
+from lynx_patches.pd.layers import ForwardLayers
 from lynx_patches.pd.pool import PoolView
 from lynx_patches.pd.prefill_rooms import PrefillRooms
 
@@ -56,6 +63,14 @@ class Job:
     last_of_batch: bool = True  # the jobs one prefill chunk completed are a batch (see `PrefillEncoder.send`)
 
 
+@dataclass
+class Streaming:
+    """The segments a running prefill forward completes, to encode as its layers are written."""
+
+    jobs: list[Job]
+    layers: ForwardLayers
+
+
 class Route(NamedTuple):
     """What one decode rank gets of this prefill rank's KV: these heads, as this part of its transfer."""
 
@@ -64,8 +79,8 @@ class Route(NamedTuple):
 
 
 class _HeldStream(NamedTuple):
-    """A residual stream waiting for the end of its batch: the arguments of `PrioritySender.submit`
-    (``room`` is the part's wire id), and the request it belongs to."""
+    """Residual frames waiting for the end of their batch: the arguments of `PrioritySender.submit`
+    (``room`` is the part's wire id), and the request they belong to."""
 
     endpoint: str
     room: int
@@ -74,7 +89,37 @@ class _HeldStream(NamedTuple):
     layer_bounds: list[int]
     key: bytes
     segment: int
+    frames: range
     request: int
+
+
+@dataclass
+class _Destination:
+    """One decode rank a segment goes to: where, under which key and wire id, and how many
+    frames of each stream it has been given."""
+
+    meta: RoomMetadata
+    route: Route
+    key: bytes
+    wire: int
+    released: list[int]
+
+
+class _Heads(NamedTuple):
+    """The streams of one distinct head range of a segment: buffers and layer byte bounds."""
+
+    buffers: list[np.ndarray]
+    bounds: list[list[int]]
+
+
+@dataclass
+class _Progress:
+    """A segment being encoded: its head ranges and destinations, the layers encoded so far."""
+
+    heads: dict[HeadSlice, _Heads]
+    destinations: list[_Destination]
+    num_layers: int
+    layers_done: int = 0
 
 
 class PrefillEncoder:
@@ -104,7 +149,7 @@ class PrefillEncoder:
     ) -> None:
         self._config, self._wire, self._secret, self._host = config, wire, secret, host
         self._rooms, self._sender, self._stop, self._route = rooms, sender, stop, route
-        self._jobs: queue.Queue[Job] = queue.Queue()
+        self._jobs: queue.Queue[Job | Streaming] = queue.Queue()
         self._held: list[_HeldStream] = []  # residuals of the batch being encoded (encoder thread)
         self._pool: PoolView | None = None
         self._pool_ready = threading.Event()
@@ -125,6 +170,10 @@ class PrefillEncoder:
             job.last_of_batch = index == len(jobs) - 1
             self._jobs.put(job)
 
+    def put_streaming(self, streaming: Streaming) -> None:
+        """Queue the segments a forward about to run completes, to encode as it writes their layers."""
+        self._jobs.put(streaming)
+
     def loop(self) -> None:
         """The encoder thread: run jobs until `stop` is set."""
         while not self._stop.is_set():
@@ -142,24 +191,44 @@ class PrefillEncoder:
         with self._jobs.all_tasks_done:
             return self._jobs.all_tasks_done.wait_for(lambda: self._jobs.unfinished_tasks == 0, timeout_s)
 
-    def _run(self, job: Job) -> None:
-        """Send one job; any error fails its room (here and on its decode ranks), never the thread."""
-        try:
-            self.send(job)
-        except Exception as exc:
-            logger.exception("Lynx prefill: sending room %s failed", job.room)
-            self._host.fail(job.room, f"lynx prefill: {exc}", self._rooms.targets(job.room))
-        finally:
-            if job.last_of_batch:
-                self._flush_held()
+    def _run(self, job: Job | Streaming) -> None:
+        if isinstance(job, Streaming):
+            return self.stream(job)
+        self._guarded(job, lambda: self.send(job))
+        if job.last_of_batch:
+            self._flush_held()
 
     def _flush_held(self) -> None:
-        """Queue the residuals held back for the batch just encoded (not those of aborted rooms)."""
+        """Queue the residual frames held back for the batch just encoded (not those of aborted rooms)."""
         held, self._held = self._held, []
         live = self._rooms.not_aborted({stream.request for stream in held})
         for stream in held:
             if stream.request in live:
                 self._sender.submit(*stream[:-1])
+
+    def _guarded(self, job: Job, work: Callable[[], bool]) -> bool:
+        """Run one step of a job: its result, or False after an error, which fails the job's room
+        (here and on its decode ranks), never the thread."""
+        try:
+            return work()
+        except Exception as exc:
+            logger.exception("Lynx prefill: sending room %s failed", job.room)
+            self._host.fail(job.room, f"lynx prefill: {exc}", self._rooms.targets(job.room))
+            return False
+
+    def stream(self, streaming: Streaming) -> None:
+        """Encode the segments of a running forward layer by layer as it writes them; after each
+        step the step's anchor frames of every segment are queued before its residual frames."""
+        layers, progress, live, done = streaming.layers, {}, list(streaming.jobs), 0
+        while live:
+            written = layers.wait(done, self._stop)
+            if written is None:
+                for job in live:
+                    self._host.fail(job.room, "lynx prefill: the prefill forward failed", self._rooms.targets(job.room))
+                break
+            live = [job for job in live if self._guarded(job, lambda job=job: self._advance(job, progress, written))]
+            self._flush_held()
+            done = written
 
     def send(self, job: Job) -> None:
         """Encode one job and queue its streams: anchors at once, residuals with the batch's last job.
@@ -168,45 +237,89 @@ class PrefillEncoder:
         a residual chunk from going out between two anchors of the same chunk
         (the sender's priority only orders what is queued).
         """
+        if job.segment is not None:
+            self._advance(job, {}, self.pool.shape(0).num_layers)
+            return
         dests = self._rooms.start_encoding(job.room, self._host.failed)
         if not dests:
             return
         try:
-            pool = self.pool
-            routes = [self._route(meta) for meta in dests]
-            if job.segment is None:
-                aux = pool.read_aux(job.aux_index)
-            else:
-                index, streams = pool.slot_index(job.slots), {}
-                for heads in dict.fromkeys(route.heads for route in routes):  # each distinct range once
-                    k, v = pool.head_buffers(heads.first - pool.shard.first, heads.count)
-                    streams[heads] = self._wire.encode(k, v, index, job.first_token)
+            aux = self.pool.read_aux(job.aux_index)
         finally:
             aborted = self._rooms.end_encoding(job.room)
         if aborted:
             return
-        for meta, route in zip(dests, routes):
+        for meta in dests:
             key = transfer_key(self._secret, meta.nonce)
-            wire = transfer_room(job.room, route.part)
-            if job.segment is None:
-                self._sender.submit(meta.data_endpoint, wire, AUX_STREAM, aux, key=key)
-                continue
-            if job.segment == 0:
-                self._sender.submit_message(meta.data_endpoint, wire, self._manifest(job, route, wire).seal(key))
-                self._rooms.announce(job.room, meta.data_endpoint, key, wire)
-            shape = pool.shape(job.total, route.heads.count).segment(job.first_token, len(job.slots))
-            bounds = self._wire.layer_bounds(shape)
-            for stream, (data, layer_bounds) in enumerate(zip(streams[route.heads], bounds)):
+            wire = transfer_room(job.room, self._route(meta).part)
+            self._sender.submit(meta.data_endpoint, wire, AUX_STREAM, aux, key=key)
+        self._rooms.quiet(job.room)
+        self._host.succeed(job.room)
+
+    def _advance(self, job: Job, progress: dict[tuple[int, int], _Progress], layers: int) -> bool:
+        """Encode the segment's layers up to `layers` (all written) and queue every frame whose bytes
+        are now final; True while layers remain. Abandons the segment (False) if its room was
+        aborted or failed, or has no destination."""
+        key = (job.room, job.segment)
+        dests = self._rooms.start_encoding(job.room, self._host.failed)
+        if not dests:
+            progress.pop(key, None)
+            return False
+        try:
+            state = progress.get(key) or self._start(job, dests)
+            pool, index = self.pool, self.pool.slot_index(job.slots)
+            lo = state.layers_done
+            for heads, out in state.heads.items():
+                k, v = pool.head_buffers(heads.first - pool.shard.first, heads.count)
+                streams = self._wire.encode(k[lo:layers], v[lo:layers], index, job.first_token)
+                for buffer, bounds, data in zip(out.buffers, out.bounds, streams, strict=True):
+                    buffer[bounds[lo] : bounds[layers]] = data.numpy()
+        finally:
+            aborted = self._rooms.end_encoding(job.room)
+        if aborted:
+            progress.pop(key, None)
+            return False
+        if lo == 0 and job.segment == 0:
+            for dest in state.destinations:
+                endpoint = dest.meta.data_endpoint
+                self._sender.submit_message(endpoint, dest.wire, self._manifest(job, dest.route, dest.wire).seal(dest.key))
+                self._rooms.announce(job.room, endpoint, dest.key, dest.wire)
+        for dest in state.destinations:
+            out = state.heads[dest.route.heads]
+            for stream, (buffer, bounds) in enumerate(zip(out.buffers, out.bounds)):
+                ready = frames_ready(len(buffer), self._sender.chunk_bytes, bounds[layers])
+                if ready == dest.released[stream]:
+                    continue
                 held = _HeldStream(
-                    meta.data_endpoint, wire, stream, data.numpy(), layer_bounds, key, job.segment, job.room
-                )
+                    dest.meta.data_endpoint, dest.wire, stream, buffer, bounds, dest.key, job.segment,
+                    range(dest.released[stream], ready), job.room,
+                )  # fmt: skip
+                dest.released[stream] = ready
                 if stream == 0:
                     self._sender.submit(*held[:-1])
                 else:
                     self._held.append(held)
-        if job.segment is None:
-            self._rooms.quiet(job.room)
-            self._host.succeed(job.room)
+        state.layers_done = layers
+        if layers < state.num_layers:
+            progress[key] = state
+            return True
+        progress.pop(key, None)
+        return False
+
+    def _start(self, job: Job, dests: list[RoomMetadata]) -> _Progress:
+        """A segment's encoding state: empty stream buffers per distinct head range, nothing sent."""
+        pool, heads, destinations = self.pool, {}, []
+        for meta in dests:
+            route = self._route(meta)
+            if route.heads not in heads:
+                shape = pool.shape(job.total, route.heads.count).segment(job.first_token, len(job.slots))
+                sizes = self._wire.stream_sizes(shape)
+                buffers = [np.empty(size, dtype=np.uint8) for size in sizes]
+                heads[route.heads] = _Heads(buffers, self._wire.layer_bounds(shape))
+            key = transfer_key(self._secret, meta.nonce)
+            released = [0] * self._wire.num_streams
+            destinations.append(_Destination(meta, route, key, transfer_room(job.room, route.part), released))
+        return _Progress(heads, destinations, pool.shape(0).num_layers)
 
     def _manifest(self, job: Job, route: Route, wire: int) -> Manifest:
         """The announcement of one part of a room (`wire`): its heads' whole shape and segmentation."""

@@ -29,6 +29,7 @@ class _Outgoing:
     slots: list[np.ndarray] = field(default_factory=list)  # pool slots of the tokens computed so far
     computed: int = 0
     queued: int = 0  # segments handed to the encoder
+    streamed: np.ndarray | None = None  # slots of the tokens through the last segment handed over while computed
 
 
 class Segment(NamedTuple):
@@ -159,6 +160,8 @@ class PrefillRooms:
             out.computed += count
             if out.computed > out.total or (is_last and out.computed != out.total):
                 problem = f"the decode ranks reserved {out.total} tokens, this prefill has {out.computed} to send"
+            elif out.streamed is not None:
+                problem = _streamed_mismatch(out)
             while problem is None and out.queued < len(out.layout) and sum(out.layout[out.queued]) <= out.computed:
                 first, tokens = out.layout[out.queued]
                 slots = np.concatenate(out.slots)[first : first + tokens]
@@ -167,6 +170,35 @@ class PrefillRooms:
             if is_last or problem is not None:
                 self._outgoing.pop(room, None)
         return segments, problem
+
+    def begin_forward(self, room: int, first: int, slots: np.ndarray) -> list[Segment]:
+        """A prefill forward is about to compute the room's tokens ``[first, first + len(slots))``
+        into `slots`: hand over the segments it completes, to encode as it writes their layers.
+
+        Only when every token before `first` was handed over by the chunks already sent (else
+        [] and the chunks hand the segments over as usual). `add_chunk` later checks that the
+        chunk's slots are those the segments were read from.
+        """
+        with self._lock:
+            dests = self._real_destinations(room)
+            if not dests or room in self._aborted:
+                return []
+            out = self._outgoing.get(room)
+            if out is None:
+                total = dests[0].num_tokens
+                out = self._outgoing[room] = _Outgoing(total, self._layout(total))
+            end = first + len(slots)
+            if out.computed != first or end > out.total:
+                return []
+            known = np.concatenate([*out.slots, np.asarray(slots, dtype=np.int64)])
+            segments = []
+            while out.queued < len(out.layout) and sum(out.layout[out.queued]) <= end:
+                start, tokens = out.layout[out.queued]
+                segments.append(Segment(out.queued, start, known[start : start + tokens], out.total))
+                out.queued += 1
+            if segments:
+                out.streamed = known[: sum(out.layout[out.queued - 1])]
+            return segments
 
     def busy(self, room: int) -> bool:
         """Whether the encoder is reading the room's KV pages right now (they must not be freed)."""
@@ -223,3 +255,14 @@ class PrefillRooms:
     def _real_destinations(self, room: int) -> list[RoomMetadata]:
         """The metadata of the real (not dummy) decode ranks the room's KV goes to; caller holds the lock."""
         return [m for m in self._destinations.get(room, {}).values() if not m.is_dummy]
+
+
+def _streamed_mismatch(out: _Outgoing) -> str | None:
+    """Why the chunks' slots differ from those segments were streamed from while computed, or None;
+    forgets the streamed slots once the chunks cover them."""
+    covered = min(out.computed, len(out.streamed))
+    if not np.array_equal(np.concatenate(out.slots)[:covered], out.streamed[:covered]):
+        return "the prefilled chunks' KV slots differ from those its segments were sent from while computed"
+    if covered == len(out.streamed):
+        out.streamed = None
+    return None

@@ -38,8 +38,9 @@ from lynx_patches.pd.control import (
     RoomMetadata,
     check_data_endpoint,
 )
+from lynx_patches.pd.layers import ForwardLayers
 from lynx_patches.pd.pool import PoolView
-from lynx_patches.pd.prefill_encoder import EncoderHost, Job, PrefillEncoder, Route
+from lynx_patches.pd.prefill_encoder import EncoderHost, Job, PrefillEncoder, Route, Streaming
 from lynx_patches.pd.prefill_rooms import PrefillRooms
 
 logger = logging.getLogger(__name__)
@@ -209,6 +210,25 @@ class PrefillSide:
         if is_last:
             jobs.append(Job(room, None, aux_index=aux_index))
         self.encoder.put(jobs)
+
+    def begin_forward(self, chunks: list[tuple[int, int, np.ndarray]]) -> ForwardLayers | None:
+        """Before a prefill forward computes each ``(room, first transfer token, slots)`` chunk: the
+        segments it completes are encoded and sent layer by layer as it writes them. Returns the
+        forward's `ForwardLayers` to advance, or None when no segment streams (none completed, or
+        layers do not stream here: `--lynx-segment-tokens 0`, or a pool off the CPU, where the
+        forward's writes are asynchronous)."""
+        if self.config.segment_tokens == 0 or self.pool.device.type != "cpu":
+            return None
+        jobs = [
+            Job(room, segment.index, segment.first_token, segment.slots, segment.total)
+            for room, first, slots in chunks
+            for segment in self._rooms.begin_forward(room, first, slots)
+        ]
+        if not jobs:
+            return None
+        layers = ForwardLayers(self.pool.shape(0).num_layers)
+        self.encoder.put_streaming(Streaming(jobs, layers))
+        return layers
 
     def drain(self, timeout_s: float) -> bool:
         """Wait until every queued job is encoded and its streams handed to the sender."""

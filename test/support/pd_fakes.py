@@ -113,6 +113,43 @@ def config(**options) -> LynxConfig:
     return LynxConfig(**{"mode": "lynx", "transfer_timeout": 30.0, "chunk_bytes": 4096, **options})
 
 
+PEER_SESSION = "127.0.0.1:5000"  # the one decode rank a recording prefill side sends to
+PEER_NONCE = bytes(range(16))
+PEER_ENDPOINT = "tcp://127.0.0.1:6000"
+
+
+def decode_registration(issued_ns=10, version=None, aux=AUX_LENS, heads=SHARD):
+    """The registration of the decode rank `PEER_SESSION` (this wire version unless told)."""
+    from lynx.manifest import wire_version
+
+    from lynx_patches.pd.control import DecodeRegistration
+
+    return DecodeRegistration(
+        "127.0.0.1", 5000, PEER_SESSION, heads.tp_rank, heads.tp_size, aux, version or wire_version(), issued_ns, heads
+    )
+
+
+def room_metadata(room=9, tokens=20, endpoint=PEER_ENDPOINT):
+    """`PEER_SESSION`'s metadata of one room: `tokens` tokens to `endpoint`, under `PEER_NONCE`."""
+    from lynx_patches.pd.control import RoomMetadata
+
+    return RoomMetadata(room, "127.0.0.1", 5000, PEER_SESSION, 1, False, 0, tokens, PEER_NONCE, endpoint)
+
+
+def recording_prefill_side(clock=None, **options):
+    """A `PrefillSide` over a `FakePool` whose sender hands every message to a `Recorder`
+    (`side.transport`), and whose host is a `PrefillHost` (`side.host`); threads not started."""
+    from lynx_patches.pd.prefill_side import PrefillSide
+
+    host = PrefillHost()
+    side = PrefillSide(config(**{"mode": "int8", **options}), SECRET, host, "127.0.0.1", **({"clock": clock} if clock else {}))
+    side.transport.close()
+    side.transport = side.sender._transport = Recorder()
+    side.attach(FakePool(seed=0).view)
+    side.host = host
+    return side
+
+
 def transfer_messages(config: LynxConfig, source: FakePool, src_slots, room: int, key: bytes, aux: bytes):
     """``(manifest_parts, frames_by_stream)`` a prefill rank sends for `room` (frames in send order)."""
     wire = config.wire

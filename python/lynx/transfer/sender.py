@@ -138,8 +138,9 @@ class PrioritySender:
         layer_bounds: Sequence[int] | None = None,
         key: bytes | None = None,
         segment: int = 0,
+        frames: range | None = None,
     ) -> None:
-        """Queue one stream of one request for ``endpoint``.
+        """Queue one stream of one request for ``endpoint``, or (``frames``) a run of its chunks.
 
         Args:
             data: the stream's bytes: bytes-like, or a C-contiguous-able CPU
@@ -149,19 +150,25 @@ class PrioritySender:
                 carries the layer range it overlaps (``(0, 0)`` without).
             key: the MAC key of this stream's frames (default: the sender's).
             segment: the segment of the request's tokens this stream belongs to.
+            frames: only these chunk indices of the stream (default: all), for
+                a stream whose bytes are produced in order: each later run is
+                submitted once its bytes are final, and the receiver sees the
+                same frames as from one submission.
 
         Raises:
-            ValueError: bad arguments, or the stream alone exceeds ``max_inflight_bytes``.
+            ValueError: bad arguments, or the chunks exceed ``max_inflight_bytes``.
             TransportError: no room within ``submit_timeout_s``, or the sender is closed.
         """
         priority = priority_of(stream)
         view = byte_view(data)
-        total = len(view)
-        if total > self.max_inflight_bytes:
-            raise ValueError(f"a {total}-byte stream exceeds max_inflight_bytes={self.max_inflight_bytes}")
         frames = sign_chunks(
-            room, stream, view, self.chunk_bytes, self._key if key is None else key, layer_bounds, segment
+            room, stream, view, self.chunk_bytes, self._key if key is None else key, layer_bounds, segment, frames
         )
+        total = sum(nbytes for _, nbytes in frames)
+        if not frames:
+            return
+        if total > self.max_inflight_bytes:
+            raise ValueError(f"{total} bytes of a stream exceed max_inflight_bytes={self.max_inflight_bytes}")
         deadline = time.monotonic() + self._submit_timeout_s
         with self._cond:
             self._check_open(room, endpoint)

@@ -40,3 +40,18 @@ def test_more_layers_than_a_frame_header_holds_are_refused():
     bounds = list(range(MAX_LAYERS + 2))
     with pytest.raises(ValueError, match="layers fit in a frame header"):
         sign_chunks(1, 0, memoryview(bytes(MAX_LAYERS + 1)), 4, KEY, layer_bounds=bounds)
+
+
+def test_a_stream_signed_in_runs_gives_exactly_the_frames_of_one_signing():
+    from lynx.transfer.chunking import frames_ready
+
+    data = memoryview(bytes(range(256)) * 3)
+    whole = sign_chunks(5, 1, data, 100, KEY, layer_bounds=[0, 300, 768], segment=1)
+    ready = [frames_ready(768, 100, upto) for upto in (0, 99, 100, 350, 767, 768)]
+    assert ready == [0, 0, 1, 3, 7, 8]
+    runs = [range(0, 3), range(3, 7), range(7, 8)]
+    pieces = [frame for run in runs for frame in sign_chunks(5, 1, data, 100, KEY, [0, 300, 768], 1, frames=run)]
+    assert [bytes(b"".join(parts)) for parts, _ in pieces] == [bytes(b"".join(parts)) for parts, _ in whole]
+    assert frames_ready(0, 100, 0) == 1, "an empty stream's one frame is ready at once"
+    with pytest.raises(ValueError, match="not a run"):
+        sign_chunks(5, 1, data, 100, KEY, frames=range(6, 9))

@@ -8,16 +8,18 @@ import numpy as np
 import pytest
 from lynx.manifest import open_manifest, wire_version
 from lynx.transfer.keys import transfer_key
-from pd_fakes import AUX_LENS, SECRET, SHARD, FakePool, PrefillHost, Recorder, config, wait_for
+from pd_fakes import AUX_LENS, SECRET, wait_for
+from pd_fakes import PEER_ENDPOINT as ENDPOINT
+from pd_fakes import PEER_NONCE as NONCE
+from pd_fakes import PEER_SESSION as SESSION
+from pd_fakes import decode_registration as registration
+from pd_fakes import recording_prefill_side
+from pd_fakes import room_metadata as metadata
 
-from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata
+from lynx_patches.pd.control import ControlError
 from lynx_patches.pd.prefill_encoder import Job
 from lynx_patches.pd.prefill_rooms import STALE_METADATA_S
-from lynx_patches.pd.prefill_side import PURGE_EVERY_S, PrefillSide
-
-SESSION = "127.0.0.1:5000"
-NONCE = bytes(range(16))
-ENDPOINT = "tcp://127.0.0.1:6000"
+from lynx_patches.pd.prefill_side import PURGE_EVERY_S
 
 
 class Clock:
@@ -29,25 +31,11 @@ class Clock:
 
 @pytest.fixture
 def side():
-    host = PrefillHost()
     clock = Clock()
-    side = PrefillSide(config(mode="int8"), SECRET, host, "127.0.0.1", clock=clock)
-    side.transport.close()
-    side.transport = side.sender._transport = Recorder()
-    side.attach(FakePool(seed=0).view)
-    side.host, side.clock = host, clock
+    side = recording_prefill_side(clock)
+    side.clock = clock
     yield side
     side.close()
-
-
-def registration(issued_ns=10, version=None, aux=AUX_LENS, heads=SHARD):
-    return DecodeRegistration(
-        "127.0.0.1", 5000, SESSION, heads.tp_rank, heads.tp_size, aux, version or wire_version(), issued_ns, heads
-    )
-
-
-def metadata(room=9, tokens=20, endpoint=ENDPOINT):
-    return RoomMetadata(room, "127.0.0.1", 5000, SESSION, 1, False, 0, tokens, NONCE, endpoint)
 
 
 def test_a_decode_speaking_another_wire_version_is_refused_and_its_requests_fail_naming_both(side):

@@ -1,0 +1,118 @@
+"""A prefill forward's layers as they are written: the KV of a segment leaves layer by layer.
+
+On a prefill server whose forward runs synchronously (the CPU platform), the
+KV of layer ``l`` of every token the forward computes is in the pool as soon
+as the attention of layer ``l`` has stored it. `run_batch` (an AROUND hook on
+`Scheduler.run_batch`) hands the prefill side the chunk each Lynx request
+computes in this forward; for the segments that chunk completes the side
+returns a `ForwardLayers`, which the `set_kv_buffer` hook advances layer by
+layer while the encoder thread encodes and sends what is written. The end of
+the forward completes it whatever the hooks saw.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+
+import numpy as np
+
+from lynx_patches import targets
+from lynx_patches.pd.registry import manager_of
+from lynx_patches.selfcheck import Hook
+
+# Set by `run_batch` around a prefill forward that streams layers: called with the
+# number of layers whose KV is written so far.
+LAYERS_WRITTEN: ContextVar[Callable[[int], None] | None] = ContextVar("lynx_layers_written", default=None)
+
+
+class ForwardLayers:
+    """How many layers of one prefill forward have their KV in the pool.
+
+    The scheduler thread advances it (`written`) and ends it (`finish`); the
+    encoder thread waits on it (`wait`).
+    """
+
+    def __init__(self, num_layers: int) -> None:
+        self.num_layers = num_layers
+        self._cond = threading.Condition()
+        self._written = 0
+        self._failed = False
+
+    def written(self, count: int) -> None:
+        """The KV of the first `count` layers is written."""
+        with self._cond:
+            if count > self._written:
+                self._written = min(count, self.num_layers)
+                self._cond.notify_all()
+
+    def finish(self, completed: bool) -> None:
+        """The forward returned (every layer written) or raised (nothing more will be)."""
+        with self._cond:
+            if completed:
+                self._written = self.num_layers
+            else:
+                self._failed = True
+            self._cond.notify_all()
+
+    def wait(self, beyond: int, stop: threading.Event, poll_s: float = 0.5) -> int | None:
+        """Block until more than `beyond` layers are written; their count, or None if the forward
+        failed (or `stop` is set) first."""
+        with self._cond:
+            while self._written <= beyond and not self._failed and not stop.is_set():
+                self._cond.wait(poll_s)
+            return None if self._written <= beyond else self._written
+
+
+def computed_chunks(batch, req_to_token) -> list[tuple[int, int, np.ndarray]]:
+    """``(room, first transfer token, slots)`` of the chunk each Lynx request of an extend batch
+    computes: its tokens ``[prefix_len, extend_end)`` past what the decode server already holds
+    (`disagg_decode_prefix_len`), as transfer positions, and their pool slots."""
+    from lynx_patches.pd.conn import LynxKVSender
+
+    chunks = []
+    for req in batch.reqs:
+        if not isinstance(req.disagg_kv_sender, LynxKVSender) or req.kv.req_pool_idx is None:
+            continue
+        skipped = req.disagg_decode_prefix_len
+        start = max(req.prefix_len, skipped)
+        if req.extend_end <= start:
+            continue
+        slots = req_to_token[req.kv.req_pool_idx, start : req.extend_end].cpu().numpy().astype(np.int64)
+        chunks.append((req.bootstrap_room, start - skipped, slots))
+    return chunks
+
+
+def run_batch(original, scheduler, batch, *args, **kwargs):
+    """AROUND `Scheduler.run_batch`: on a Lynx prefill server, the segments this forward completes
+    are encoded and sent layer by layer while it runs."""
+    manager = manager_of(scheduler)
+    if manager is None or manager.is_decode or batch is None or not batch.forward_mode.is_extend():
+        return original(scheduler, batch, *args, **kwargs)
+    layers = manager.side.begin_forward(computed_chunks(batch, scheduler.req_to_token_pool.req_to_token))
+    if layers is None:
+        return original(scheduler, batch, *args, **kwargs)
+    token = LAYERS_WRITTEN.set(layers.written)
+    completed = False
+    try:
+        result = original(scheduler, batch, *args, **kwargs)
+        completed = True
+        return result
+    finally:
+        LAYERS_WRITTEN.reset(token)
+        layers.finish(completed)
+
+
+def kv_written(result, pool, layer, *args, **kwargs):
+    """AFTER `MHATokenToKVPool.set_kv_buffer`: in a streaming prefill forward, layer `layer` is written."""
+    notify = LAYERS_WRITTEN.get()
+    if notify is not None and layer is not None:
+        notify(layer.layer_id - pool.start_layer + 1)
+    return None
+
+
+HOOKS = (
+    Hook(targets.SCHEDULER_RUN_BATCH, run_batch, "AROUND"),
+    Hook(targets.MHA_SET_KV_BUFFER, kv_written, "AFTER"),
+)

@@ -1,0 +1,168 @@
+"""Segments a prefill forward completes leave layer by layer while it runs (`lynx_patches.pd.layers`)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from lynx.transfer.frames import AUX_STREAM, HEADER_BYTES, HEADER_STRUCT, alive_room
+from pd_fakes import AUX_LENS, LAYERS, decode_registration, recording_prefill_side, room_metadata, wait_for
+
+from lynx_patches.pd.layers import ForwardLayers
+
+TOKENS = 20
+SLOTS = np.arange(10, 10 + TOKENS)
+
+
+def ready_side(**options):
+    """A recording prefill side with room 9 (20 tokens) claimed and ready, its threads started."""
+    side = recording_prefill_side(**options)
+    side.on_registration(decode_registration(), AUX_LENS)
+    side.on_metadata(room_metadata(tokens=TOKENS))
+    assert side.claim(9)
+    side.start()
+    return side
+
+
+def sent(side) -> list[bytes]:
+    """Every message the side sent, but alive messages, each as its bytes joined."""
+    return [b"".join(parts) for _, parts in side.transport.sent if alive_room(parts) is None]
+
+
+def frame_layers(side) -> list[tuple[int, int, int]]:
+    """``(stream, layer_start, layer_end)`` of every KV frame sent so far."""
+    out = []
+    for _, parts in side.transport.sent:
+        if len(parts) == 2 and len(parts[0]) == HEADER_BYTES:
+            fields = HEADER_STRUCT.unpack(parts[0][: HEADER_STRUCT.size])
+            stream, layer_start, layer_end = fields[3], fields[8], fields[9]
+            if stream != AUX_STREAM:
+                out.append((stream, layer_start, layer_end))
+    return out
+
+
+def whole_send(**options) -> list[bytes]:
+    """What the side sends when the room's only chunk is handed over after its forward."""
+    side = ready_side(**options)
+    try:
+        side.add_chunk(9, SLOTS, True, 2, TOKENS)
+        assert wait_for(lambda: side.host.succeeded) and side.sender.wait_idle(30)
+        return sent(side)
+    finally:
+        side.close()
+
+
+def test_the_layer_count_of_a_forward_only_grows_and_ends_complete_or_failed():
+    stop = threading.Event()
+    layers = ForwardLayers(4)
+    layers.written(2)
+    assert layers.wait(0, stop) == 2
+    layers.written(1)
+    assert layers.wait(1, stop) == 2
+    layers.finish(True)
+    assert layers.wait(2, stop) == 4
+    failed = ForwardLayers(4)
+    failed.written(1)
+    failed.finish(False)
+    assert failed.wait(0, stop) == 1 and failed.wait(1, stop) is None
+
+
+@pytest.mark.parametrize("mode", ["int8", "lynx", "bf16"])
+def test_a_segment_streamed_layer_by_layer_sends_exactly_the_frames_of_a_whole_send(mode):
+    side = ready_side(mode=mode)
+    try:
+        layers = side.begin_forward([(9, 0, SLOTS)])
+        assert layers is not None and layers.num_layers == LAYERS == 2
+        layers.written(1)
+        assert wait_for(lambda: frame_layers(side)), "layer 0's frames leave while the forward runs"
+        assert side.sender.wait_idle(30)
+        assert {end for _, _, end in frame_layers(side)} == {1}, "nothing of an unwritten layer is sent"
+        layers.finish(True)
+        side.add_chunk(9, SLOTS, True, 2, TOKENS)
+        assert wait_for(lambda: side.host.succeeded) and side.sender.wait_idle(30)
+        streamed = sent(side)
+    finally:
+        side.close()
+    assert side.host.failures == []
+    assert sorted(streamed) == sorted(whole_send(mode=mode))
+
+
+def test_a_forward_after_tokens_not_yet_handed_over_streams_nothing():
+    side = ready_side()
+    try:
+        assert side.begin_forward([(9, 12, SLOTS[12:])]) is None
+        side.add_chunk(9, SLOTS[:12], False, 2, 12)
+        assert side.begin_forward([(9, 12, SLOTS[12:])]) is not None
+    finally:
+        side.close()
+
+
+def test_chunk_slots_other_than_those_streamed_fail_the_room():
+    side = ready_side()
+    try:
+        layers = side.begin_forward([(9, 0, SLOTS)])
+        layers.finish(True)
+        side.add_chunk(9, SLOTS + 100, True, 2, TOKENS)
+        (room, reason), = side.host.failures
+        assert room == 9 and "slots differ" in reason
+    finally:
+        side.close()
+
+
+def test_an_abort_while_the_forward_runs_stops_the_rest_of_the_segment():
+    side = ready_side()
+    try:
+        layers = side.begin_forward([(9, 0, SLOTS)])
+        layers.written(1)
+        assert wait_for(lambda: frame_layers(side)) and side.sender.wait_idle(30)
+        side.abort(9)
+        layers.finish(True)
+        assert side.encoder.drain(30) and side.sender.wait_idle(30)
+        assert {end for _, _, end in frame_layers(side)} == {1}, "layer 1 was written after the abort"
+    finally:
+        side.close()
+
+
+def test_a_failed_forward_fails_the_rooms_it_was_streaming():
+    side = ready_side()
+    try:
+        layers = side.begin_forward([(9, 0, SLOTS)])
+        layers.finish(False)
+        assert wait_for(lambda: side.host.failures)
+        (room, reason), = side.host.failures
+        assert room == 9 and "forward failed" in reason
+    finally:
+        side.close()
+
+
+def test_layers_do_not_stream_when_segments_are_off():
+    side = ready_side(segment_tokens=0)
+    try:
+        assert side.begin_forward([(9, 0, SLOTS)]) is None
+    finally:
+        side.close()
+
+
+def test_the_chunk_each_lynx_request_computes_is_read_past_the_decode_servers_prefix():
+    """``(room, first transfer token, slots)``: tokens before `disagg_decode_prefix_len` are not
+    transferred, and requests of other backends (SGLang's warmup) are left out."""
+    import torch
+    from types import SimpleNamespace
+
+    from lynx_patches.pd.conn import LynxKVSender
+    from lynx_patches.pd.layers import computed_chunks
+
+    req_to_token = torch.arange(4 * 100).view(4, 100)
+
+    def req(room, row, prefix, end, skipped, lynx=True):
+        sender = object.__new__(LynxKVSender) if lynx else object()
+        kv = SimpleNamespace(req_pool_idx=row)
+        return SimpleNamespace(disagg_kv_sender=sender, kv=kv, bootstrap_room=room, prefix_len=prefix,
+                               extend_end=end, disagg_decode_prefix_len=skipped)  # fmt: skip
+
+    batch = SimpleNamespace(reqs=[req(1, 2, 0, 10, 0), req(2, 3, 40, 60, 50), req(3, 1, 0, 5, 0, lynx=False),
+                                  req(4, 0, 0, 30, 30)])  # fmt: skip
+    (room1, first1, slots1), (room2, first2, slots2) = computed_chunks(batch, req_to_token)
+    assert (room1, first1) == (1, 0) and slots1.tolist() == list(range(200, 210))
+    assert (room2, first2) == (2, 0) and slots2.tolist() == list(range(350, 360))
