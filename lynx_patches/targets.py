@@ -199,7 +199,10 @@ USED = (
     "sglang.srt.managers.utils.GenerationBatchResult().logits_output",
     *_instance("sglang.srt.model_executor.model_runner.ModelRunner", "sampler model"),
     f"{_FORWARD}.ForwardBatch.init_new(batch, model_runner, capture_hidden_mode, return_hidden_states_before_norm)",
-    *_instance(f"{_FORWARD}.ForwardBatch", "out_cache_loc req_pool_indices seq_lens extend_seq_lens encoder_lens"),
+    *_instance(
+        f"{_FORWARD}.ForwardBatch",
+        "out_cache_loc req_pool_indices seq_lens extend_seq_lens encoder_lens extend_prefix_lens_cpu",
+    ),
     f"{_FORWARD}.CaptureHiddenMode.FULL",
     f"{_FORWARD}.ForwardMode.EXTEND",
     f"{_LOGITS}.LogitsMetadata.from_forward_batch",

@@ -1,11 +1,15 @@
-"""Attention of a verify pass under SGLang's `torch_native` backend: the new rows only.
+"""Attention of an extend past a prefix under SGLang's `torch_native` backend: the new rows only.
 
 `TorchNativeAttnBackend` serves an extend by padding each request's queries
 to its whole sequence and running causal attention over all of it: a verify
 pass of a handful of tokens on a 2k-token context would cost a 2k-token
-prefill's attention. During a verify pass (`verify.VERIFYING`), the
-hook below attends from the new rows only, each to every key up to its own
-position: ``m x L`` scores instead of ``L x L``, the work of ``m`` decode steps.
+prefill's attention, and each chunk of a chunked prefill the attention of
+everything before it again. During a verify pass (`verify.VERIFYING`), and
+on a Lynx server in every extend where a request has a prefix (a prefill
+chunk after the first, a prefix-cache hit), the hook below attends from the
+new rows only, each to every key up to its own position: ``m x L`` scores
+instead of ``L x L``. A request without a prefix is computed exactly as
+SGLang computes it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import torch
 from torch.nn.functional import scaled_dot_product_attention
 
 from lynx_patches.speculate.verify import VERIFYING
+
+LYNX_ATTR = "_lynx_new_rows"  # on the backend: whether this process serves with --lynx
 
 
 def attend_new_rows(
@@ -37,26 +43,43 @@ def attend_new_rows(
     rows, total = query.shape[0], keys.shape[0]
     if total != prefix + rows:
         raise ValueError(f"{rows} query rows after {prefix} positions need {prefix + rows} keys, got {total}")
-    visible = torch.arange(total, device=query.device)[None, :] <= (prefix + torch.arange(rows, device=query.device))[:, None]
-    keys, values = keys.to(query.dtype), values.to(query.dtype)
+    visible = None
+    if prefix:  # without a prefix, SGLang's own call (a causal SDPA), bit for bit
+        visible = torch.arange(total, device=query.device)[None, :] <= (prefix + torch.arange(rows, device=query.device))[:, None]
     out = scaled_dot_product_attention(
-        query.movedim(0, 1).unsqueeze(0),
-        keys.movedim(0, 1).unsqueeze(0),
-        values.movedim(0, 1).unsqueeze(0),
+        query.movedim(0, 1).contiguous().unsqueeze(0),
+        keys.movedim(0, 1).to(query.dtype).unsqueeze(0),
+        values.movedim(0, 1).to(query.dtype).unsqueeze(0),
         attn_mask=visible,
         scale=scaling,
         enable_gqa=enable_gqa,
+        is_causal=visible is None,
     )
     return out.squeeze(0).movedim(1, 0)
 
 
+def _past_a_prefix(backend, forward_batch) -> bool:
+    """Whether this is a Lynx server's extend in which some request has a prefix."""
+    from lynx_patches.startup import current_config
+
+    lynx = getattr(backend, LYNX_ATTR, None)
+    if lynx is None:
+        lynx = current_config() is not None
+        setattr(backend, LYNX_ATTR, lynx)
+    if not lynx:
+        return False
+    prefixes = forward_batch.extend_prefix_lens_cpu
+    return prefixes is not None and any(prefixes)
+
+
 def forward_extend(original, backend, q, k, v, layer, forward_batch, save_kv_cache=True, *args, **kwargs):
-    """AROUND `TorchNativeAttnBackend.forward_extend`: a verify pass attends from its new rows only."""
+    """AROUND `TorchNativeAttnBackend.forward_extend`: a verify pass, and a Lynx server's extend past a
+    prefix, attend from the new rows only."""
     if (
-        not VERIFYING.get()
-        or layer.is_cross_attention
+        layer.is_cross_attention
         or layer.sliding_window_size > -1
         or forward_batch.encoder_lens is not None
+        or not (VERIFYING.get() or _past_a_prefix(backend, forward_batch))
     ):
         return original(backend, q, k, v, layer, forward_batch, save_kv_cache, *args, **kwargs)
     from sglang.srt.mem_cache.memory_pool import KVWriteLoc
