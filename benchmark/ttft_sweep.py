@@ -48,6 +48,7 @@ from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.netns import INSIDE_ENV, isolated
 from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import stream_generate
+from ttft_verdicts import FLOOR, nth_keys, overlap, pipelining, verdicts
 
 JSON_SCHEMA = {
     "type": "object",
@@ -62,7 +63,6 @@ REQUEST_TYPES = {
     "repetition": {"sampling_params": {"repetition_penalty": 1.2}},
 }
 VERIFY_STAGES = ("upgrade_s", "forward_s", "predict_s", "commit_s")
-FLOOR = "floor"  # the rows of the single non-disaggregated server
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -190,6 +190,11 @@ def main(argv=None) -> int:
     for p in pipelining(rows):
         print(f"pipelining {p['mode']} {p['link_gbps']:g} Gbps {p['prompt_tokens']} tokens {p['request_type']}: "
               f"t1 segments of {p['segment_tokens']} / whole = {p['t1_on_over_off']:.3f}")  # fmt: skip
+    for o in overlap(rows):
+        ratio = f", int8 t1 / lynx t1 = {o['int8_over_lynx_t1']:.3f}" if "int8_over_lynx_t1" in o else ""
+        print(f"overlap {o['link_gbps']:g} Gbps {o['prompt_tokens']} tokens {o['request_type']}: lynx t1 / "
+              f"(max(prefill {o['prefill_s']:.2f}s, anchor {o['anchor_s']:.2f}s) + step {o['step_s']:.2f}s) = "
+              f"{o['t1_vs_bound']:.3f}{ratio}")  # fmt: skip
     print(f"\nJSON: {args.json}")
     return 0
 
@@ -197,7 +202,8 @@ def main(argv=None) -> int:
 def write_json(args, rows: list[dict]) -> None:
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     add_ratios(rows)
-    document = {"args": vars(args), "rows": rows, "verdicts": verdicts(rows), "pipelining": pipelining(rows)}
+    document = {"args": vars(args), "rows": rows, "verdicts": verdicts(rows), "pipelining": pipelining(rows),
+                "overlap": overlap(rows)}  # fmt: skip
     Path(args.json).write_text(json.dumps(document, indent=2))
 
 
@@ -235,7 +241,7 @@ def summarize(mode: str, rate: float, tokens: int, kind: str, prefill_s: float, 
         "request_type": kind,
         "stream_bytes": list(stream_bytes),
         "prefill_s": prefill_s,
-        **{k: median(k) for k in _nth_keys(runs)},
+        **{k: median(k) for k in nth_keys(runs)},
         "anchor_ready_s": median("anchor_ready_s"),
         "residual_ready_s": median("residual_ready_s"),
         "manifest_s": median("manifest_s"),
@@ -273,52 +279,11 @@ def add_ratios(rows: list[dict]) -> None:
         row["bf16_transfer_to_prefill"] = transfer_s / row["prefill_s"] if row["prefill_s"] else None
 
 
-def verdicts(rows: list[dict]) -> list[dict]:
-    """Per (link rate, prompt length, request type), at the first segment size: lynx t1 / int4 t1,
-    lynx tN / int8 tN and lynx t1 / the floor's t1."""
-    served = (rows[0]["segment_tokens"], rows[0].get("transport")) if rows else (None, None)
-    index = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r for r in rows
-             if r["segment_tokens"] is None or (r["segment_tokens"], r.get("transport")) == served}  # fmt: skip
-    out = []
-    for (mode, rate, tokens, kind), lynx in index.items():
-        if mode != "lynx":
-            continue
-        floor = index.get((FLOOR, None, tokens, kind))
-        int4, int8 = index.get(("int4", rate, tokens, kind)), index.get(("int8", rate, tokens, kind))
-        entry = {"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind}
-        if int4 and int4.get("t1_s") and lynx.get("t1_s"):
-            entry["t1_vs_int4"] = lynx["t1_s"] / int4["t1_s"]
-        for key in _nth_keys([lynx]):
-            if key != "t1_s" and int8 and int8.get(key) and lynx.get(key):
-                entry[f"{key[:-2]}_vs_int8"] = lynx[key] / int8[key]
-        entry["met"] = entry.get("t1_vs_int4", 0) <= 1.05 and all(
-            v <= 1.0 for k, v in entry.items() if k.endswith("_vs_int8")
-        )
-        if floor and floor.get("t1_s") and lynx.get("t1_s"):
-            entry["t1_vs_floor"] = lynx["t1_s"] / floor["t1_s"]
-        out.append(entry)
-    return out
-
-
-def pipelining(rows: list[dict]) -> list[dict]:
-    """Per mode, link rate, prompt length and request type: t1 with segments over t1 with the KV sent whole."""
-    whole = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"], r.get("transport")): r
-             for r in rows if r["segment_tokens"] == 0}  # fmt: skip
-    out = []
-    for r in rows:
-        key = (r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"], r.get("transport"))
-        if r["segment_tokens"] and key in whole and r.get("t1_s") and whole[key].get("t1_s"):
-            out.append({"mode": r["mode"], "link_gbps": r["link_gbps"], "prompt_tokens": r["prompt_tokens"],
-                        "request_type": r["request_type"], "segment_tokens": r["segment_tokens"],
-                        "t1_on_over_off": r["t1_s"] / whole[key]["t1_s"]})  # fmt: skip
-    return out
-
-
 def print_table(rows: list[dict]) -> None:
     def fmt(value, spec=".2f"):
         return "-" if value is None else format(value, spec)
 
-    extra = _nth_keys(rows)
+    extra = nth_keys(rows)
     header = (
         f"{'mode':5} {'via':8} {'Gbps':>5} {'seg':>4} {'tokens':>6} {'type':10} {'xfer/pf':>7} {'anchor':>6} {'resid':>6} "
         f"{'accept':>6} {'rollbk':>6} {'upgr s':>6} {'fwd s':>6}"
@@ -338,12 +303,6 @@ def print_verdicts(entries: list[dict]) -> None:
     for e in entries:
         ratios = " ".join(f"{k}={v:.3f}" for k, v in e.items() if k.endswith(("_vs_int4", "_vs_int8", "_vs_floor")))
         print(f"{'met ' if e['met'] else 'MISS'} {e['link_gbps']:g} Gbps {e['prompt_tokens']} tokens {e['request_type']}: {ratios}")
-
-
-def _nth_keys(records: list[dict]) -> list[str]:
-    """The ``t{n}_s`` keys (time to the n-th token) present in `records`, by n."""
-    keys = {k for r in records for k in r if k.startswith("t") and k.endswith("_s") and k[1:-2].isdigit()}
-    return sorted(keys, key=lambda k: int(k[1:-2]))
 
 
 def _bf16():

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
+if str(BENCHMARK) not in sys.path:
+    sys.path.insert(0, str(BENCHMARK))
 
 
 def _sweep():
@@ -52,6 +54,21 @@ def test_pipelining_and_the_floor_are_compared_at_equal_points():
     assert verdict["t1_vs_floor"] == pytest.approx(1.2) and verdict["t1_vs_int4"] == pytest.approx(9.0 / 8.8)
     (pipelined,) = sweep.pipelining(rows)
     assert pipelined["mode"] == "lynx" and pipelined["t1_on_over_off"] == pytest.approx(0.75)
+
+
+def test_overlap_sets_lynx_t1_against_the_larger_of_prefill_and_anchor_transfer_plus_a_step():
+    sweep = _sweep()
+    anchor_bytes = 2_500_000  # 1 s at 0.02 Gbit/s
+    rows = [
+        _row("lynx", "greedy", t1_s=3.3, t8_s=4.0, prefill_s=3.0, stream_bytes=[anchor_bytes, 2_000_000]),
+        _row("int8", "greedy", t1_s=6.6, t8_s=7.3, prefill_s=3.1, stream_bytes=[4_500_000]),
+        _row("lynx", "greedy", rate=0.005, t1_s=4.4, t8_s=5.1, prefill_s=3.0, stream_bytes=[anchor_bytes, 2_000_000]),
+    ]
+    fast, slow = sweep.overlap(rows)
+    assert fast["anchor_s"] == pytest.approx(1.0) and fast["step_s"] == pytest.approx(0.1)
+    assert fast["t1_vs_bound"] == pytest.approx(3.3 / 3.1) and fast["int8_over_lynx_t1"] == pytest.approx(2.0)
+    assert slow["anchor_s"] == pytest.approx(4.0) and slow["t1_vs_bound"] == pytest.approx(4.4 / 4.1)
+    assert "int8_over_lynx_t1" not in slow
 
 
 def test_frames_take_the_asked_time_on_the_emulated_link_within_the_servers_bounds():

@@ -1,0 +1,81 @@
+"""What the TTFT sweep's rows show: lynx against int4 and int8, pipelining on against off, and the
+overlap of transfer and prefill (`overlap`), per point of the sweep. Pure arithmetic on the rows."""
+
+from __future__ import annotations
+
+FLOOR = "floor"  # the rows of the single non-disaggregated server
+
+
+def verdicts(rows: list[dict]) -> list[dict]:
+    """Per (link rate, prompt length, request type), at the first segment size: lynx t1 / int4 t1,
+    lynx tN / int8 tN and lynx t1 / the floor's t1."""
+    served = (rows[0]["segment_tokens"], rows[0].get("transport")) if rows else (None, None)
+    index = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r for r in rows
+             if r["segment_tokens"] is None or (r["segment_tokens"], r.get("transport")) == served}  # fmt: skip
+    out = []
+    for (mode, rate, tokens, kind), lynx in index.items():
+        if mode != "lynx":
+            continue
+        floor = index.get((FLOOR, None, tokens, kind))
+        int4, int8 = index.get(("int4", rate, tokens, kind)), index.get(("int8", rate, tokens, kind))
+        entry = {"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind}
+        if int4 and int4.get("t1_s") and lynx.get("t1_s"):
+            entry["t1_vs_int4"] = lynx["t1_s"] / int4["t1_s"]
+        for key in nth_keys([lynx]):
+            if key != "t1_s" and int8 and int8.get(key) and lynx.get(key):
+                entry[f"{key[:-2]}_vs_int8"] = lynx[key] / int8[key]
+        entry["met"] = entry.get("t1_vs_int4", 0) <= 1.05 and all(
+            v <= 1.0 for k, v in entry.items() if k.endswith("_vs_int8")
+        )
+        if floor and floor.get("t1_s") and lynx.get("t1_s"):
+            entry["t1_vs_floor"] = lynx["t1_s"] / floor["t1_s"]
+        out.append(entry)
+    return out
+
+
+def pipelining(rows: list[dict]) -> list[dict]:
+    """Per mode, link rate, prompt length and request type: t1 with segments over t1 with the KV sent whole."""
+    whole = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"], r.get("transport")): r
+             for r in rows if r["segment_tokens"] == 0}  # fmt: skip
+    out = []
+    for r in rows:
+        key = (r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"], r.get("transport"))
+        if r["segment_tokens"] and key in whole and r.get("t1_s") and whole[key].get("t1_s"):
+            out.append({"mode": r["mode"], "link_gbps": r["link_gbps"], "prompt_tokens": r["prompt_tokens"],
+                        "request_type": r["request_type"], "segment_tokens": r["segment_tokens"],
+                        "t1_on_over_off": r["t1_s"] / whole[key]["t1_s"]})  # fmt: skip
+    return out
+
+
+def nth_keys(records: list[dict]) -> list[str]:
+    """The ``t{n}_s`` keys (time to the n-th token) present in `records`, by n."""
+    keys = {k for r in records for k in r if k.startswith("t") and k.endswith("_s") and k[1:-2].isdigit()}
+    return sorted(keys, key=lambda k: int(k[1:-2]))
+
+
+def overlap(rows: list[dict]) -> list[dict]:
+    """Per link rate, prompt length and request type, at the first segment size: how far ``lynx``'s
+    first token is from the bound of a transfer that overlaps the prefill, and the int8 / lynx ratio.
+
+    ``bound_s`` is max(the prefill alone, the anchor's bytes at the link rate) plus one decode step
+    (the mean step from the 1st to the last reported token of the same row).
+    """
+    served = rows[0]["segment_tokens"] if rows else None
+    index = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r for r in rows
+             if r["segment_tokens"] == served}  # fmt: skip
+    out = []
+    for (mode, rate, tokens, kind), lynx in index.items():
+        if mode != "lynx" or not rate or not lynx.get("t1_s") or not lynx.get("prefill_s"):
+            continue
+        anchor_s = lynx["stream_bytes"][0] * 8 / (rate * 1e9)
+        last = nth_keys([lynx])[-1]
+        steps = int(last[1:-2]) - 1
+        step_s = (lynx[last] - lynx["t1_s"]) / steps if steps > 0 else 0.0
+        bound = max(lynx["prefill_s"], anchor_s) + step_s
+        entry = {"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind, "anchor_s": anchor_s,
+                 "prefill_s": lynx["prefill_s"], "step_s": step_s, "t1_vs_bound": lynx["t1_s"] / bound}  # fmt: skip
+        int8 = index.get(("int8", rate, tokens, kind))
+        if int8 and int8.get("t1_s"):
+            entry["int8_over_lynx_t1"] = int8["t1_s"] / lynx["t1_s"]
+        out.append(entry)
+    return out
