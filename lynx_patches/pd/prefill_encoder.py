@@ -26,8 +26,8 @@ from lynx.config import LynxConfig
 from lynx.heads import HeadSlice, transfer_room
 from lynx.kvwire import WireFormat
 from lynx.manifest import Manifest, dtype_name
-from lynx.transfer.frames import AUX_STREAM
 from lynx.transfer.chunking import frames_ready
+from lynx.transfer.frames import AUX_STREAM
 from lynx.transfer.keys import transfer_key
 from lynx.transfer.sender import PrioritySender
 
