@@ -23,10 +23,9 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 from lynx.config import LynxConfig
-from lynx.heads import HeadSlice, transfer_room
+from lynx.heads import transfer_room
 from lynx.kvwire import WireFormat
 from lynx.manifest import Manifest, dtype_name
-from lynx.transfer.chunking import frames_ready
 from lynx.transfer.frames import AUX_STREAM
 from lynx.transfer.keys import transfer_key
 from lynx.transfer.sender import PrioritySender
@@ -35,6 +34,7 @@ from lynx_patches.pd.control import RoomMetadata
 from lynx_patches.pd.layers import ForwardLayers
 from lynx_patches.pd.pool import PoolView
 from lynx_patches.pd.prefill_rooms import PrefillRooms
+from lynx_patches.pd.segment_streams import Destination, Route, SegmentStreams
 
 logger = logging.getLogger(__name__)
 
@@ -71,13 +71,6 @@ class Streaming:
     layers: ForwardLayers
 
 
-class Route(NamedTuple):
-    """What one decode rank gets of this prefill rank's KV: these heads, as this part of its transfer."""
-
-    heads: HeadSlice
-    part: int
-
-
 class _HeldStream(NamedTuple):
     """Residual frames waiting for the end of their batch: the arguments of `PrioritySender.submit`
     (``room`` is the part's wire id), and the request they belong to."""
@@ -91,35 +84,6 @@ class _HeldStream(NamedTuple):
     segment: int
     frames: range
     request: int
-
-
-@dataclass
-class _Destination:
-    """One decode rank a segment goes to: where, under which key and wire id, and how many
-    frames of each stream it has been given."""
-
-    meta: RoomMetadata
-    route: Route
-    key: bytes
-    wire: int
-    released: list[int]
-
-
-class _Heads(NamedTuple):
-    """The streams of one distinct head range of a segment: buffers and layer byte bounds."""
-
-    buffers: list[np.ndarray]
-    bounds: list[list[int]]
-
-
-@dataclass
-class _Progress:
-    """A segment being encoded: its head ranges and destinations, the layers encoded so far."""
-
-    heads: dict[HeadSlice, _Heads]
-    destinations: list[_Destination]
-    num_layers: int
-    layers_done: int = 0
 
 
 class PrefillEncoder:
@@ -256,7 +220,7 @@ class PrefillEncoder:
         self._rooms.quiet(job.room)
         self._host.succeed(job.room)
 
-    def _advance(self, job: Job, progress: dict[tuple[int, int], _Progress], layers: int) -> bool:
+    def _advance(self, job: Job, progress: dict[tuple[int, int], SegmentStreams], layers: int) -> bool:
         """Encode the segment's layers up to `layers` (all written) and queue every frame whose bytes
         are now final; True while layers remain. Abandons the segment (False) if its room was
         aborted or failed, or has no destination."""
@@ -266,60 +230,45 @@ class PrefillEncoder:
             progress.pop(key, None)
             return False
         try:
-            state = progress.get(key) or self._start(job, dests)
-            pool, index = self.pool, self.pool.slot_index(job.slots)
-            lo = state.layers_done
-            for heads, out in state.heads.items():
+            segment = progress.get(key) or self._start(job, dests)
+            pool, index, lo = self.pool, self.pool.slot_index(job.slots), segment.layers_done
+            for heads in segment.head_ranges:
                 k, v = pool.head_buffers(heads.first - pool.shard.first, heads.count)
-                streams = self._wire.encode(k[lo:layers], v[lo:layers], index, job.first_token)
-                for buffer, bounds, data in zip(out.buffers, out.bounds, streams, strict=True):
-                    buffer[bounds[lo] : bounds[layers]] = data.numpy()
+                segment.write(heads, layers, self._wire.encode(k[lo:layers], v[lo:layers], index, job.first_token))
         finally:
             aborted = self._rooms.end_encoding(job.room)
         if aborted:
             progress.pop(key, None)
             return False
         if lo == 0 and job.segment == 0:
-            for dest in state.destinations:
+            for dest in segment.destinations:
                 endpoint = dest.meta.data_endpoint
                 self._sender.submit_message(endpoint, dest.wire, self._manifest(job, dest.route, dest.wire).seal(dest.key))
                 self._rooms.announce(job.room, endpoint, dest.key, dest.wire)
-        for dest in state.destinations:
-            out = state.heads[dest.route.heads]
-            for stream, (buffer, bounds) in enumerate(zip(out.buffers, out.bounds)):
-                ready = frames_ready(len(buffer), self._sender.chunk_bytes, bounds[layers])
-                if ready == dest.released[stream]:
-                    continue
-                held = _HeldStream(
-                    dest.meta.data_endpoint, dest.wire, stream, buffer, bounds, dest.key, job.segment,
-                    range(dest.released[stream], ready), job.room,
-                )  # fmt: skip
-                dest.released[stream] = ready
-                if stream == 0:
-                    self._sender.submit(*held[:-1])
-                else:
-                    self._held.append(held)
-        state.layers_done = layers
-        if layers < state.num_layers:
-            progress[key] = state
-            return True
-        progress.pop(key, None)
-        return False
+        for release in segment.release(layers, self._sender.chunk_bytes):
+            held = _HeldStream(*release[:-1], job.segment, release.frames, job.room)
+            if release.stream == 0:
+                self._sender.submit(*held[:-1])
+            else:
+                self._held.append(held)
+        if segment.done:
+            progress.pop(key, None)
+            return False
+        progress[key] = segment
+        return True
 
-    def _start(self, job: Job, dests: list[RoomMetadata]) -> _Progress:
-        """A segment's encoding state: empty stream buffers per distinct head range, nothing sent."""
-        pool, heads, destinations = self.pool, {}, []
+    def _start(self, job: Job, dests: list[RoomMetadata]) -> SegmentStreams:
+        """A segment's streams: empty buffers per distinct head range, nothing sent."""
+        shapes, destinations = {}, []
         for meta in dests:
             route = self._route(meta)
-            if route.heads not in heads:
-                shape = pool.shape(job.total, route.heads.count).segment(job.first_token, len(job.slots))
-                sizes = self._wire.stream_sizes(shape)
-                buffers = [np.empty(size, dtype=np.uint8) for size in sizes]
-                heads[route.heads] = _Heads(buffers, self._wire.layer_bounds(shape))
+            if route.heads not in shapes:
+                whole = self.pool.shape(job.total, route.heads.count)
+                shapes[route.heads] = whole.segment(job.first_token, len(job.slots))
             key = transfer_key(self._secret, meta.nonce)
-            released = [0] * self._wire.num_streams
-            destinations.append(_Destination(meta, route, key, transfer_room(job.room, route.part), released))
-        return _Progress(heads, destinations, pool.shape(0).num_layers)
+            wire = transfer_room(job.room, route.part)
+            destinations.append(Destination(meta, route, key, wire, [0] * self._wire.num_streams))
+        return SegmentStreams(self._wire, shapes, destinations)
 
     def _manifest(self, job: Job, route: Route, wire: int) -> Manifest:
         """The announcement of one part of a room (`wire`): its heads' whole shape and segmentation."""

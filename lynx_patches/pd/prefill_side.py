@@ -40,7 +40,8 @@ from lynx_patches.pd.control import (
 )
 from lynx_patches.pd.layers import ForwardLayers
 from lynx_patches.pd.pool import PoolView
-from lynx_patches.pd.prefill_encoder import EncoderHost, Job, PrefillEncoder, Route, Streaming
+from lynx_patches.pd.prefill_encoder import EncoderHost, Job, PrefillEncoder, Streaming
+from lynx_patches.pd.segment_streams import Route
 from lynx_patches.pd.prefill_rooms import PrefillRooms
 
 logger = logging.getLogger(__name__)
