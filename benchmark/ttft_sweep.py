@@ -82,6 +82,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--chunked-prefill-size", type=int, default=512,
                         help="the PD servers' --chunked-prefill-size: the prefill computes (and Lynx sends) the "
                              "prompt chunk by chunk; the floor's single server keeps SGLang's default")
+    parser.add_argument("--via", choices=("router", "direct"), default="router",
+                        help="send each measured request through SGLang's router, or straight to both servers "
+                             "(then each row also has the prefill server's own time for its requests, "
+                             "`request_prefill_s`, which the overlap verdict uses)")
     parser.add_argument("--floor", action="store_true",
                         help="also time a single non-disaggregated server on the same prompts (the floor)")
     parser.add_argument("--repeats", type=int, default=3)
@@ -141,6 +145,8 @@ def run_point(pd: PDDeployment, tokenizer, tokens: int, kind: str, repeat: int, 
     pd.prefill.flush_cache()
     index = repeat + 7 * tokens + 31 * list(REQUEST_TYPES).index(kind)
     body = request_body(tokenizer, tokens, index, kind, args.max_tokens, seed=1000 + repeat)
+    if getattr(args, "via", "router") == "direct":
+        return pd.stream_direct(body, secrets.randbelow(2**62) + 1, nth=_ints(args.nth))
     return stream_generate(f"{pd.url}/generate", body, nth=_ints(args.nth))
 
 
@@ -241,6 +247,7 @@ def summarize(mode: str, rate: float, tokens: int, kind: str, prefill_s: float, 
         "request_type": kind,
         "stream_bytes": list(stream_bytes),
         "prefill_s": prefill_s,
+        "request_prefill_s": median("prefill_s"),
         **{k: median(k) for k in nth_keys(runs)},
         "anchor_ready_s": median("anchor_ready_s"),
         "residual_ready_s": median("residual_ready_s"),

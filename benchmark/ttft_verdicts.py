@@ -57,23 +57,26 @@ def overlap(rows: list[dict]) -> list[dict]:
     """Per link rate, prompt length and request type, at the first segment size: how far ``lynx``'s
     first token is from the bound of a transfer that overlaps the prefill, and the int8 / lynx ratio.
 
-    ``bound_s`` is max(the prefill alone, the anchor's bytes at the link rate) plus one decode step
-    (the mean step from the 1st to the last reported token of the same row).
+    The bound is max(the prefill, the anchor's bytes at the link rate) plus one decode step (the
+    mean step from the 1st to the last reported token of the same row). The prefill is the prefill
+    server's own time for the row's requests (`request_prefill_s`, with ``--via direct``), else the
+    deployment's calibration request (`prefill_s`).
     """
     served = rows[0]["segment_tokens"] if rows else None
     index = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r for r in rows
              if r["segment_tokens"] == served}  # fmt: skip
     out = []
     for (mode, rate, tokens, kind), lynx in index.items():
-        if mode != "lynx" or not rate or not lynx.get("t1_s") or not lynx.get("prefill_s"):
+        prefill = lynx.get("request_prefill_s") or lynx.get("prefill_s")
+        if mode != "lynx" or not rate or not lynx.get("t1_s") or not prefill:
             continue
         anchor_s = lynx["stream_bytes"][0] * 8 / (rate * 1e9)
         last = nth_keys([lynx])[-1]
         steps = int(last[1:-2]) - 1
         step_s = (lynx[last] - lynx["t1_s"]) / steps if steps > 0 else 0.0
-        bound = max(lynx["prefill_s"], anchor_s) + step_s
+        bound = max(prefill, anchor_s) + step_s
         entry = {"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind, "anchor_s": anchor_s,
-                 "prefill_s": lynx["prefill_s"], "step_s": step_s, "t1_vs_bound": lynx["t1_s"] / bound}  # fmt: skip
+                 "prefill_s": prefill, "step_s": step_s, "t1_vs_bound": lynx["t1_s"] / bound}  # fmt: skip
         int8 = index.get(("int8", rate, tokens, kind))
         if int8 and int8.get("t1_s"):
             entry["int8_over_lynx_t1"] = int8["t1_s"] / lynx["t1_s"]

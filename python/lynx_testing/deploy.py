@@ -205,6 +205,31 @@ class PDDeployment:
             thread.join()
         return answers["prefill"], answers["decode"]
 
+    def stream_direct(self, body: dict, room: int, nth=(1,), timeout: float = 600.0) -> dict:
+        """A streaming `/generate` sent to both servers with bootstrap room `room`, bypassing the
+        router: `stream_generate`'s timings of the decode server's stream, plus ``prefill_s``, when
+        the prefill server answered (its own measure of the request: bootstrap, prefill, KV snapshot)."""
+        from lynx_testing.streaming import stream_generate
+
+        fields = {"bootstrap_host": HOST, "bootstrap_port": self.bootstrap_port, "bootstrap_room": room}
+        prefill: dict = {}
+
+        def call() -> None:
+            try:
+                prefill["answer"] = post_json(f"{self.prefill.url}/generate", {**body, **fields}, timeout)
+            except OSError as exc:
+                prefill["error"] = f"{type(exc).__name__}: {exc}"
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        try:
+            result = stream_generate(f"{self.decode.url}/generate", {**body, **fields}, nth, timeout)
+        finally:
+            thread.join(timeout)
+        if "answer" not in prefill:
+            raise RuntimeError(f"the prefill server did not answer: {prefill.get('error', 'timed out')}")
+        return {**result, "prefill_s": prefill["answer"]["meta_info"]["e2e_latency"]}
+
     def stop(self) -> None:
         """Stop the router and both servers together."""
         running = [p for p in (self.router, self.decode.process, self.prefill.process) if p is not None]

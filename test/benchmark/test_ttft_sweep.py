@@ -69,6 +69,8 @@ def test_overlap_sets_lynx_t1_against_the_larger_of_prefill_and_anchor_transfer_
     assert fast["t1_vs_bound"] == pytest.approx(3.3 / 3.1) and fast["int8_over_lynx_t1"] == pytest.approx(2.0)
     assert slow["anchor_s"] == pytest.approx(4.0) and slow["t1_vs_bound"] == pytest.approx(4.4 / 4.1)
     assert "int8_over_lynx_t1" not in slow
+    per_request = sweep.overlap([{**rows[0], "request_prefill_s": 3.2}])[0]
+    assert per_request["prefill_s"] == 3.2 and per_request["t1_vs_bound"] == pytest.approx(3.3 / 3.3)
 
 
 def test_frames_take_the_asked_time_on_the_emulated_link_within_the_servers_bounds():
@@ -104,9 +106,9 @@ def test_unknown_request_types_are_refused():
 def test_lynx_point_reports_nth_tokens_arrivals_acceptance_and_verify_stages(tmp_path, model_path):
     out = tmp_path / "sweep.json"
     command = [
-        sys.executable, str(BENCHMARK / "ttft_sweep.py"), "--modes", "lynx", "--link-gbps", "0.01",
+        sys.executable, str(BENCHMARK / "ttft_sweep.py"), "--modes", "lynx", "--link-gbps", "0.004",
         "--prompt-tokens", "512", "--request-types", "greedy,logprobs", "--repeats", "1", "--max-tokens", "8",
-        "--nth", "1,8", "--json", str(out), "--log-dir", str(tmp_path / "logs"),
+        "--nth", "1,8", "--via", "direct", "--json", str(out), "--log-dir", str(tmp_path / "logs"),
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -115,6 +117,7 @@ def test_lynx_point_reports_nth_tokens_arrivals_acceptance_and_verify_stages(tmp
     assert [r["request_type"] for r in rows] == ["greedy", "logprobs"]
     for row in rows:
         assert row["mode"] == "lynx" and row["prompt_tokens"] > 512 and row["prefill_s"] > 0
+        assert 0 < row["request_prefill_s"] < row["t1_s"], "the prefill answers before the first token streams"
         assert 0 < row["t1_s"] <= row["t8_s"]
         assert 0 < row["anchor_ready_s"] <= row["residual_ready_s"]
         assert len(row["stream_bytes"]) == 2 and row["stream_bytes"][0] > 0
