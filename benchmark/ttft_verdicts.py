@@ -58,7 +58,9 @@ def overlap(rows: list[dict]) -> list[dict]:
     first token is from the bound of a transfer that overlaps the prefill, and the int8 / lynx ratio.
 
     The bound is max(the prefill, the anchor's bytes at the link rate) plus one decode step (the
-    mean step from the 1st to the last reported token of the same row). The prefill is the prefill
+    mean step from the 1st to the last reported token of the ``int4`` row at the same point, else
+    the ``int8`` row: ``lynx`` holds its drafted tokens back, so its own steps are not decode
+    steps; without either, the ``lynx`` row's own). The prefill is the prefill
     server's own time for the row's requests (`request_prefill_s`, with ``--via direct``), else the
     deployment's calibration request (`prefill_s`).
     """
@@ -71,9 +73,10 @@ def overlap(rows: list[dict]) -> list[dict]:
         if mode != "lynx" or not rate or not lynx.get("t1_s") or not prefill:
             continue
         anchor_s = lynx["stream_bytes"][0] * 8 / (rate * 1e9)
-        last = nth_keys([lynx])[-1]
+        stepping = next((r for r in (index.get((m, rate, tokens, kind)) for m in ("int4", "int8")) if r), lynx)
+        last = nth_keys([stepping])[-1]
         steps = int(last[1:-2]) - 1
-        step_s = (lynx[last] - lynx["t1_s"]) / steps if steps > 0 else 0.0
+        step_s = (stepping[last] - stepping["t1_s"]) / steps if steps > 0 else 0.0
         bound = max(prefill, anchor_s) + step_s
         entry = {"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind, "anchor_s": anchor_s,
                  "prefill_s": prefill, "step_s": step_s, "t1_vs_bound": lynx["t1_s"] / bound}  # fmt: skip
