@@ -70,7 +70,7 @@ def test_overlap_sets_lynx_t1_against_the_larger_of_prefill_and_anchor_transfer_
     assert fast["t1_vs_bound"] == pytest.approx(3.3 / 3.1) and fast["int8_over_lynx_t1"] == pytest.approx(2.0)
     assert slow["anchor_s"] == pytest.approx(4.0) and slow["t1_vs_bound"] == pytest.approx(4.4 / 4.1)
     assert "int8_over_lynx_t1" not in slow
-    per_request = sweep.overlap([{**rows[0], "request_prefill_s": 3.2}])[0]
+    per_request = sweep.overlap([{**rows[0], "request_prefill_s": 3.2}, rows[1]])[0]
     assert per_request["prefill_s"] == 3.2 and per_request["t1_vs_bound"] == pytest.approx(3.3 / 3.3)
 
 
