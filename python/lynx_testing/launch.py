@@ -10,6 +10,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import random
+import re
 import signal
 import socket
 import subprocess
@@ -31,14 +33,57 @@ CPU_SERVER_ENV = {"OMP_NUM_THREADS": "1", "SGLANG_HOST_IP": HOST, "HF_HUB_OFFLIN
 CPU_MODEL_ARGS = ("--dtype", "float32", "--kv-cache-dtype", "bfloat16")
 
 
+# Ports handed out so far by this process (a server binds its port tens of seconds later).
+_HANDED_OUT: set[int] = set()
+_RANDOM = random.SystemRandom()  # unrelated to any seed a test sets, and across processes
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PORT_ATTEMPTS = 3  # a server whose port another process bound first restarts on a fresh one
+# asyncio's message when a server cannot bind; uvicorn then hangs in shutdown instead of exiting.
+BIND_FAILED = re.compile(r"error while attempting to bind on address \('[^']*', (\d+)\)")
+
+
 def free_port() -> int:
+    """A port free on 127.0.0.1 now, not handed out before by this process, and below the
+    kernel's ephemeral range: outgoing connections and `bind(port 0)` take their ports
+    from that range at any moment, so a port picked there can be gone by the time the
+    server binds it."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = _RANDOM.randrange(max(1024, low - 12000), low) if low > 2048 else _kernel_port()
+        if port not in _HANDED_OUT and _bindable(port):
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free port on 127.0.0.1")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _kernel_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((HOST, 0))
         return sock.getsockname()[1]
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
 class ServerStartError(RuntimeError):
     """The server exited or did not answer in time; the message has its log tail."""
+
+
+class PortTaken(ServerStartError):
+    """A port the server needed was bound by another process first."""
 
 
 class SGLangServer:
@@ -62,23 +107,29 @@ class SGLangServer:
         log_path: str | Path | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
-        self.port = port or free_port()
-        self.url = f"http://{HOST}:{self.port}"
         self.log_path = Path(log_path) if log_path else Path(os.devnull)
         self.command = [
             sys.executable, "-m", "sglang.launch_server",
             "--model-path", str(model_path),
             "--host", HOST,
-            "--port", str(self.port),
+            "--port", "",  # _use_port
             "--mem-fraction-static", "0.3",
             "--max-total-tokens", str(max_total_tokens),
             *args,
         ]  # fmt: skip
+        self._use_port(port or free_port())
         self.env = {**os.environ, **CPU_SERVER_ENV, **(env or {})}
         self.process: subprocess.Popen | None = None
+        self._log_start = 0  # where this start's lines begin in the (appended) log
+
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://{HOST}:{port}"
+        self.command[self.command.index("--port") + 1] = str(port)
 
     def start(self) -> SGLangServer:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self._log_start = log.tell()
         self.process = subprocess.Popen(
             self.command,
             stdout=log,
@@ -91,15 +142,39 @@ class SGLangServer:
         return self
 
     def wait_ready(self, timeout: float = 300.0) -> SGLangServer:
-        """Block until the server answers `/v1/models`; raise ServerStartError otherwise."""
+        """Block until the server answers `/v1/models`; raise ServerStartError otherwise.
+
+        A server that could not bind its HTTP port (another process took it after it was
+        picked) is restarted on a fresh port, up to PORT_ATTEMPTS starts in all.
+        """
         deadline = time.monotonic() + timeout
+        starts = 1
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 raise ServerStartError(f"server exited during start-up\n{self.log_tail()}")
+            taken = self._port_taken()
+            if taken is not None:
+                if taken != self.port or starts == PORT_ATTEMPTS:
+                    raise PortTaken(f"port {taken} was taken by another process\n{self.log_tail()}")
+                self.stop()
+                self._use_port(free_port())
+                self.start()
+                starts += 1
+                continue
             if self.get_json("/v1/models", quiet=True) is not None:
                 return self
             time.sleep(1.0)
         raise ServerStartError(f"server not ready after {timeout:.0f}s\n{self.log_tail()}")
+
+    def _port_taken(self) -> int | None:
+        """The port this start failed to bind, from its log; None if it has not failed so."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_start)
+                match = BIND_FAILED.search(log.read().decode(errors="replace"))
+        except OSError:
+            return None
+        return int(match.group(1)) if match else None
 
     def get_json(self, path: str, quiet: bool = False):
         try:

@@ -1,0 +1,62 @@
+"""Ports for test servers: picked where no other process takes them, and a taken one is replaced."""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+
+import pytest
+
+from lynx_testing import launch
+from lynx_testing.launch import PORT_ATTEMPTS, PortTaken, SGLangServer, free_port
+
+# A stand-in for launch_server: its first start on a port reports (as uvicorn does)
+# that the port was taken and then hangs; later starts serve /v1/models.
+FAKE_SERVER = r"""
+import http.server, pathlib, sys, time
+port = int(sys.argv[sys.argv.index("--port") + 1])
+marks = pathlib.Path(sys.argv[sys.argv.index("--marks") + 1])
+taken = int(marks.read_text() or 0) if marks.exists() else 0
+if taken < int(sys.argv[sys.argv.index("--taken-starts") + 1]):
+    marks.write_text(str(taken + 1))
+    print(f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
+          "address already in use", flush=True)
+    time.sleep(600)
+class Models(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b'{"data": []}')
+http.server.HTTPServer(("127.0.0.1", port), Models).serve_forever()
+"""
+
+
+def test_free_ports_are_below_the_ephemeral_range_bindable_and_never_handed_out_twice():
+    low = launch._ephemeral_low()
+    ports = [free_port() for _ in range(50)]
+    assert len(set(ports)) == len(ports)
+    assert all(1024 <= p < low for p in ports) or low <= 2048
+
+
+def _fake(tmp_path, taken_starts: int) -> SGLangServer:
+    server = SGLangServer(tmp_path, log_path=tmp_path / "server.log")
+    port_at = server.command.index("--port")
+    server.command = [sys.executable, "-c", FAKE_SERVER, *server.command[port_at : port_at + 2],
+                      "--marks", str(tmp_path / "marks"), "--taken-starts", str(taken_starts)]  # fmt: skip
+    return server
+
+
+def test_a_server_whose_port_was_taken_restarts_on_a_fresh_one(tmp_path):
+    server = _fake(tmp_path, taken_starts=1)
+    first = server.port
+    with server:
+        assert server.port != first
+        with urllib.request.urlopen(f"{server.url}/v1/models", timeout=5) as resp:
+            assert resp.status == 200
+    assert (tmp_path / "server.log").read_text().count("error while attempting to bind") == 1
+
+
+def test_a_port_taken_at_every_start_fails_fast_with_the_log(tmp_path):
+    server = _fake(tmp_path, taken_starts=PORT_ATTEMPTS)
+    with pytest.raises(PortTaken, match="was taken by another process"):
+        server.start().wait_ready(timeout=60)
+    assert server.process is not None and server.process.poll() is None  # hung, as uvicorn does
+    server.stop()
