@@ -53,7 +53,9 @@ def test_int8_mode_equals_single_server_on_int8_roundtripped_kv(runs):
     assert _ids(runs["int8"].outputs["greedy"]) == _ids(runs["single-int8-loopback"].outputs["greedy"])
 
 
+@pytest.mark.extended
 def test_int4_mode_equals_single_server_on_int4_roundtripped_kv(runs):
+    """int8's path with the anchor-only preset; the default tier compares int8 (above)."""
     assert _ids(runs["int4"].outputs["short"]) == _ids(runs["single-int4-loopback"].outputs["short"])
 
 

@@ -54,7 +54,9 @@ class Deployment:
 DEPLOYMENTS = (
     Deployment("single", (), single=True),
     Deployment("single-int8-loopback", ("--lynx-mode", "int8", "--lynx-loopback"), single=True),
-    Deployment("single-int4-loopback", ("--lynx-mode", "int4", "--lynx-loopback"), single=True, suites=("short",)),
+    # int4 is int8's one-stream path with another preset: the default tier's representative is int8.
+    Deployment("single-int4-loopback", ("--lynx-mode", "int4", "--lynx-loopback"), single=True, suites=("short",),
+               extended=True),
     # What lynx mode with a 2-bit anchor decodes once verified: the 2+6 grid, not int8's 4+4.
     Deployment(
         "single-2+6-loopback", ("--lynx-mode", "lynx", "--lynx-preset", "2+6", "--lynx-loopback"), single=True, reference=True
@@ -67,7 +69,7 @@ DEPLOYMENTS = (
         extended_suites=("distribution",),
         reference=True,
     ),
-    Deployment("int4", ("--lynx-mode", "int4"), suites=("short",)),
+    Deployment("int4", ("--lynx-mode", "int4"), suites=("short",), extended=True),
     # The whole KV after the prefill (no layer streaming, which the other lynx deployments
     # keep): each residual then lands ~1 s after its anchor, so requests draft on the anchor
     # whatever the machine's prefill speed (streamed, a residual can land with its anchor).
