@@ -94,7 +94,10 @@ def test_claims_read_ttft_ratios_per_link_rate():
 
 
 @pytest.mark.server
+@pytest.mark.extended
 def test_smallest_configuration_writes_a_full_report(tmp_path):
+    """Three real PD pairs, about 4.5 minutes: the extended tier. The default tier has the
+    pieces above and the TTFT sweep's real-pair run (test_ttft_sweep.py)."""
     out = tmp_path / "eval"
     command = [sys.executable, str(BENCHMARK / "evaluate.py"), "--profile", "smoke", "--models", "smollm2",
                "--variants", "int8,lynx,stock", "--out", str(out)]  # fmt: skip
