@@ -309,7 +309,8 @@ def print_table(rows: list[dict]) -> None:
 def print_verdicts(entries: list[dict]) -> None:
     for e in entries:
         ratios = " ".join(f"{k}={v:.3f}" for k, v in e.items() if k.endswith(("_vs_int4", "_vs_int8", "_vs_floor")))
-        print(f"{'met ' if e['met'] else 'MISS'} {e['link_gbps']:g} Gbps {e['prompt_tokens']} tokens {e['request_type']}: {ratios}")
+        verdict = {True: "met ", False: "MISS", None: "n/a "}[e["met"]]
+        print(f"{verdict} {e['link_gbps']:g} Gbps {e['prompt_tokens']} tokens {e['request_type']}: {ratios}")
 
 
 def _bf16():

@@ -24,9 +24,11 @@ def verdicts(rows: list[dict]) -> list[dict]:
         for key in nth_keys([lynx]):
             if key != "t1_s" and int8 and int8.get(key) and lynx.get(key):
                 entry[f"{key[:-2]}_vs_int8"] = lynx[key] / int8[key]
-        entry["met"] = entry.get("t1_vs_int4", 0) <= 1.05 and all(
-            v <= 1.0 for k, v in entry.items() if k.endswith("_vs_int8")
-        )
+        later = [v for k, v in entry.items() if k.endswith("_vs_int8")]
+        if "t1_vs_int4" in entry or later:  # None: no int4 or int8 row at this point to judge by
+            entry["met"] = entry.get("t1_vs_int4", 0) <= 1.05 and all(v <= 1.0 for v in later)
+        else:
+            entry["met"] = None
         if floor and floor.get("t1_s") and lynx.get("t1_s"):
             entry["t1_vs_floor"] = lynx["t1_s"] / floor["t1_s"]
         out.append(entry)

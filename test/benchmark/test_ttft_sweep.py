@@ -40,6 +40,9 @@ def test_verdicts_compare_lynx_t1_with_int4_and_later_tokens_with_int8():
     (greedy, json_row) = sweep.verdicts(rows)
     assert greedy["met"] and greedy["t1_vs_int4"] == pytest.approx(1.04) and greedy["t8_vs_int8"] < 1
     assert not json_row["met"], "t1 more than 5% behind int4"
+    floor = _row("floor", "greedy", segment=None, rate=None, t1_s=5.0)
+    (alone,) = sweep.verdicts([_row("lynx", "greedy", t1_s=10.4), floor])
+    assert alone["met"] is None and alone["t1_vs_floor"] == pytest.approx(2.08), "nothing to judge lynx by"
 
 
 def test_pipelining_and_the_floor_are_compared_at_equal_points():
