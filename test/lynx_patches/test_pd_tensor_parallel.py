@@ -14,11 +14,14 @@ TP changes the order of the all-reduced sums, so where outputs part, the
 parting token must be the reference's second choice within `NEAR_TIE_GAP`
 (`lynx_testing.exactness`); the summary line counts such partings.
 
-Default tier: prefill TP 2 -> decode TP 2 in ``lynx`` mode on a slow link (the
-decode ranks draft on their anchors and agree before each verify pass).
-Extended tier (`--extended`): the other modes at TP 2 -> TP 2, and the
-heterogeneous shapes (prefill TP 2 -> decode TP 1, TP 1 -> TP 2) in ``lynx``
-and ``int8`` modes.
+Extended tier only (`--extended`; about 5 minutes for the first pair with its
+reference): prefill TP 2 -> decode TP 2 in ``lynx`` mode on a slow link (the
+decode ranks draft on their anchors and agree before each verify pass), the
+other modes at TP 2 -> TP 2, and the heterogeneous shapes (prefill TP 2 ->
+decode TP 1, TP 1 -> TP 2) in ``lynx`` and ``int8`` modes. The default tier's
+representatives: a real TP 2 server (`test_shapes.py`), every TP shape's head
+routing between the real sides (`pd/test_tensor_parallel.py`) and the decode
+ranks' agreement over a real gloo group (`speculate/test_agree.py`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from lynx_testing.deploy import PDDeployment
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
 from pd_scenarios import SLOW_LINK, assert_greedy_answers_equal, request_body
 
-pytestmark = pytest.mark.server
+pytestmark = [pytest.mark.server, pytest.mark.extended]
 
 PROMPT_TOKENS = (512, 1024, 1536)
 MAX_NEW_TOKENS = 24
