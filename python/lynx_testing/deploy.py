@@ -23,6 +23,8 @@ from pathlib import Path
 from lynx_testing.launch import (
     CPU_SERVER_ENV,
     HOST,
+    PORT_ATTEMPTS,
+    PortTaken,
     ServerStartError,
     SGLangServer,
     die_with_parent,
@@ -41,11 +43,6 @@ SERVED_MODEL = "smollm2"
 # prefill's announcement (SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s) must
 # cover a queue of such prefills; after it Lynx's own no-progress timeout runs.
 PD_SERVER_ENV = {"SGLANG_HEALTH_CHECK_TIMEOUT": "600", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "1800"}
-ROUTER_PORT_ATTEMPTS = 3  # the router's port is picked free, but a server may take it before the router binds it
-
-
-class RouterPortTaken(ServerStartError):
-    """The router exited because another process had bound its port."""
 
 
 class PDDeployment:
@@ -112,13 +109,13 @@ class PDDeployment:
         self.decode.start()
         self.prefill.wait_ready(timeout=deadline - time.monotonic())
         self.decode.wait_ready(timeout=deadline - time.monotonic())
-        for attempt in range(ROUTER_PORT_ATTEMPTS):
+        for attempt in range(PORT_ATTEMPTS):  # a server may take the router's port before the router binds it
             self._start_router()
             try:
                 self._wait_router(deadline)
                 return self
-            except RouterPortTaken:
-                if attempt == ROUTER_PORT_ATTEMPTS - 1:
+            except PortTaken:
+                if attempt == PORT_ATTEMPTS - 1:
                     raise
                 self._use_router_port(free_port())  # another process took it while the servers started
         return self
@@ -162,7 +159,7 @@ class PDDeployment:
         while time.monotonic() < deadline:
             if self.router is None or self.router.poll() is not None:
                 tail = log_tail(self.log_dir / "router.log")
-                error = RouterPortTaken if "Address already in use" in tail else ServerStartError
+                error = PortTaken if "Address already in use" in tail else ServerStartError
                 raise error(f"router exited\n{tail}")
             try:
                 post_json(f"{self.url}/v1/completions", body, timeout=60)
