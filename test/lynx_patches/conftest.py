@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 
 import pytest
-from pd_scenarios import LazyRuns, suites
+from pd_scenarios import QWEN2_DEPLOYMENTS, LazyRuns, suites
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +20,17 @@ def pd_runs(model_path, pd_bodies, server_logs, request):
     secret = server_logs / "pd-modes-secret"
     secret.write_text(secrets.token_hex(32))
     return LazyRuns(model_path, pd_bodies, server_logs, secret, extended=request.config.getoption("--extended"))
+
+
+@pytest.fixture(scope="session")
+def qwen2_runs(server_logs, request):
+    """The Qwen2 deployments (`pd_scenarios.QWEN2_DEPLOYMENTS`), each started the first time a test needs it."""
+    from lynx.models import prepare
+    from transformers import AutoTokenizer
+
+    path = prepare("qwen2")
+    secret = server_logs / "pd-qwen2-secret"
+    secret.write_text(secrets.token_hex(32))
+    bodies = suites(AutoTokenizer.from_pretrained(str(path)))
+    extended = request.config.getoption("--extended")
+    return LazyRuns(path, bodies, server_logs / "qwen2", secret, extended=extended, deployments=QWEN2_DEPLOYMENTS)

@@ -37,6 +37,14 @@ DISTRIBUTION_LINK = ("--lynx-link-gbps", "0.003")
 MOONCAKE = ("--lynx-transport", "mooncake")
 TOP_LOGPROBS = 20  # what references report per output position
 DISTRIBUTION_SEEDS = range(1000, 1096)  # one short sampled request per seed
+# Essay excerpts of the "pages" suite: with SmolLM2's chat template, prompts of 365 and 468
+# tokens (neither a multiple of 16, so of no page size used here nor of the 64-token key
+# group), sharing their first 341 tokens: the second reuses 336 of them (21 pages of 16) or
+# 320 (5 pages of 64) from the decode radix cache, and its transfer starts there.
+SHARED_PREFIX_EXCERPTS = (317, 420)
+PAGES_MAX_TOKENS = 16
+BRIEF_TOKENS = (250, 400)  # the "brief" suite: prompts of a few hundred tokens, few new tokens
+BRIEF_MAX_TOKENS = 12
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,11 @@ class Deployment:
     reference: bool = False  # request top logprobs (a reference must not change what it decodes)
     isolated: bool = False  # run in a private network namespace (Mooncake listens on every interface)
     extended: bool = False  # only the extended tier starts it
+
+
+def _pages(mode: str, page: int, *args: str, **fields) -> Deployment:
+    """A `mode` pair with KV pages of `page` tokens (the page-size matrix, compared to page 1)."""
+    return Deployment(f"{mode}-page{page}", ("--lynx-mode", mode, "--page-size", str(page), *args), **fields)
 
 
 DEPLOYMENTS = (
@@ -65,11 +78,11 @@ DEPLOYMENTS = (
     Deployment(
         "int8",
         ("--lynx-mode", "int8"),
-        suites=("greedy", "stops", "sampling", "types"),
+        suites=("greedy", "stops", "sampling", "types", "pages"),
         extended_suites=("distribution",),
         reference=True,
     ),
-    Deployment("int4", ("--lynx-mode", "int4"), suites=("short",), extended=True),
+    Deployment("int4", ("--lynx-mode", "int4"), suites=("short",), reference=True, extended=True),
     # The whole KV after the prefill (no layer streaming, which the other lynx deployments
     # keep): each residual then lands ~1 s after its anchor, so requests draft on the anchor
     # whatever the machine's prefill speed (streamed, a residual can land with its anchor).
@@ -86,6 +99,25 @@ DEPLOYMENTS = (
     Deployment("int4-types", ("--lynx-mode", "int4"), suites=("types",), extended=True),
     # Rollbacks (a 2-bit anchor) with KV pages of 16: only whole pages past the kept tokens go back.
     Deployment("lynx-2+6-page16", ("--lynx-mode", "lynx", "--lynx-preset", "2+6", "--page-size", "16", *SLOW_LINK)),
+    # Pages of 64 with the decode radix cache: partial last pages, a transfer starting after
+    # cached pages, drafts on the anchor (the default tier's page-size pair).
+    Deployment(
+        "lynx-page64-radix",
+        ("--lynx-mode", "lynx", "--page-size", "64", "--disaggregation-decode-enable-radix-cache", *SLOW_LINK,
+         "--lynx-segment-tokens", "0"),  # fmt: skip
+        suites=("pages",),
+        extended_suites=("greedy",),
+    ),
+    # The rest of the page-size matrix: each mode at pages of 16 and 64 against the same mode at 1.
+    *(_pages(m, p, suites=("greedy",), extended=True) for m in ("bf16", "int8") for p in (16, 64)),
+    *(_pages("int4", p, suites=("short",), extended=True) for p in (16, 64)),
+    Deployment(
+        "lynx-page16-radix",
+        ("--lynx-mode", "lynx", "--page-size", "16", "--disaggregation-decode-enable-radix-cache", *SLOW_LINK,
+         "--lynx-segment-tokens", "0"),  # fmt: skip
+        suites=("pages", "greedy"),
+        extended=True,
+    ),
     Deployment(
         "lynx-radix",
         ("--lynx-mode", "lynx", "--lynx-link-gbps", "0.01", "--disaggregation-decode-enable-radix-cache"),
@@ -96,6 +128,25 @@ DEPLOYMENTS = (
     Deployment("lynx-mooncake", ("--lynx-mode", "lynx", *SLOW_LINK, *MOONCAKE), isolated=True),
     Deployment("bf16-mooncake", ("--lynx-mode", "bf16", *MOONCAKE), isolated=True, extended=True),
     Deployment("int4-mooncake", ("--lynx-mode", "int4", *MOONCAKE), suites=("short",), isolated=True, extended=True),
+)
+
+
+# Qwen2.5-Coder-0.5B (Qwen2: q/k/v biases, 14 query heads over 2 KV heads) through a pair. SGLang
+# sizes the KV pool against memory available machine-wide before the weights load and refuses to
+# start when its 2.5 GB of fp32 weights take more than 1 - fraction of it (--max-total-tokens still
+# bounds the pool).
+QWEN2_MEMORY = ("--mem-fraction-static", "0.8")
+QWEN2_DEPLOYMENTS = (
+    Deployment("qwen2-lynx", ("--lynx-mode", "lynx", *SLOW_LINK, "--lynx-segment-tokens", "0", *QWEN2_MEMORY),
+               suites=("brief",)),  # fmt: skip
+    # What int8 mode (and lynx mode once verified) decodes, from one server: a pair's reference.
+    Deployment("qwen2-single-int8-loopback", ("--lynx-mode", "int8", "--lynx-loopback", *QWEN2_MEMORY),
+               single=True, suites=("brief",), reference=True),  # fmt: skip
+    Deployment("qwen2-single", QWEN2_MEMORY, single=True, suites=("brief",), reference=True, extended=True),
+    Deployment("qwen2-single-int4-loopback", ("--lynx-mode", "int4", "--lynx-loopback", *QWEN2_MEMORY),
+               single=True, suites=("brief",), extended=True),  # fmt: skip
+    *(Deployment(f"qwen2-{m}", ("--lynx-mode", m, *QWEN2_MEMORY), suites=("brief",), extended=True)
+      for m in ("bf16", "int8", "int4")),  # fmt: skip
 )
 
 
@@ -131,6 +182,10 @@ def suites(tokenizer) -> dict[str, list[dict]]:
         "concurrent": [body(q) for q in (long[2], long[0], short, long[1])],
         "openai": [{"messages": [{"role": "user", "content": short}]}],
         "radix": [body(long[1])],
+        "pages": [body(long_question(tokenizer, n), max_new_tokens=PAGES_MAX_TOKENS) for n in SHARED_PREFIX_EXCERPTS],
+        "brief": [
+            body(long_question(tokenizer, n, index=i), max_new_tokens=BRIEF_MAX_TOKENS) for i, n in enumerate(BRIEF_TOKENS)
+        ],
         "distribution": [
             body("Tell me a very short story.", temperature=1.0, max_new_tokens=4, sampling_seed=seed)
             for seed in DISTRIBUTION_SEEDS
@@ -175,11 +230,13 @@ def _settled(server: SGLangServer, like: dict, wait_s: float = 30.0) -> dict:
 class LazyRuns:
     """Deployment name -> `Run`, each deployment started the first time a test needs it."""
 
-    def __init__(self, model_path, bodies: dict, log_dir, secret_file, extended: bool = False) -> None:
+    def __init__(
+        self, model_path, bodies: dict, log_dir, secret_file, extended: bool = False, deployments=DEPLOYMENTS
+    ) -> None:
         self._args = (model_path, bodies, log_dir, secret_file)
         self.extended = extended
         self._runs: dict[str, Run] = {}
-        self._by_name = {d.name: d for d in DEPLOYMENTS}
+        self._by_name = {d.name: d for d in deployments}
 
     def __getitem__(self, name: str) -> Run:
         if name not in self._runs:
