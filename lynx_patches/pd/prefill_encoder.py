@@ -217,6 +217,7 @@ class PrefillEncoder:
             key = transfer_key(self._secret, meta.nonce)
             wire = transfer_room(job.room, self._route(meta).part)
             self._sender.submit(meta.data_endpoint, wire, AUX_STREAM, aux, key=key)
+        self._flush_held()  # every stream of the room is queued before it is reported sent
         self._rooms.quiet(job.room)
         self._host.succeed(job.room)
 

@@ -74,6 +74,25 @@ def test_the_room_is_sent_to_its_endpoint_with_its_own_transfer_key(side):
     assert manifest.num_tokens == 20 and manifest.mode == "int8"
 
 
+@pytest.mark.parametrize("mode", ["lynx", "int8"])
+def test_a_room_is_reported_sent_only_once_every_stream_of_it_is_queued(mode):
+    side = recording_prefill_side(mode=mode)
+    at_success = []
+    side.host.succeed = lambda room: at_success.append(side.sender.stats())
+    try:
+        side.on_registration(registration(), AUX_LENS)
+        side.on_metadata(metadata())
+        assert side.claim(9)
+        side.start()
+        side.add_chunk(9, np.arange(10, 30), True, 2, 20)
+        assert wait_for(lambda: at_success) and side.encoder.drain(30) and side.sender.wait_idle(30)
+        final = side.sender.stats()
+    finally:
+        side.close()
+    (then,) = at_success
+    assert then.queued_bytes + sum(then.sent_bytes_by_class.values()) == sum(final.sent_bytes_by_class.values())
+
+
 def test_a_token_count_other_than_the_decode_reservation_fails_the_room(side):
     side.on_registration(registration(), AUX_LENS)
     side.on_metadata(metadata(tokens=21))
