@@ -8,7 +8,10 @@ server's answer: prefill plus the KV snapshot), then, for every request type,
 streaming `/generate` through the router. Recorded per request: client-side
 time to the first streamed token and to the N-th, the decode server's anchor
 and residual arrival times, and in ``lynx`` mode the speculation and the cost
-of each verify stage (`meta_info["lynx"]`).
+of each verify stage (`meta_info["lynx"]`). With `--floor`, a single
+non-disaggregated server runs beside the pairs and answers every measured
+request right after its pair (the floor: no transfer at all), so the two are
+timed under the same load and in the same minute of a shared machine.
 
 Request types (`--request-types`): ``greedy``; ``sampled`` (temperature 0.8,
 top-p 0.95, a seed); ``logprobs`` (greedy with the top 5 logprobs of every
@@ -32,6 +35,7 @@ table states that ratio per row (docs/BENCHMARKS.md).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -87,7 +91,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "(then each row also has the prefill server's own time for its requests, "
                              "`request_prefill_s`, which the overlap verdict uses)")
     parser.add_argument("--floor", action="store_true",
-                        help="also time a single non-disaggregated server on the same prompts (the floor)")
+                        help="also time a single non-disaggregated server on the same prompts (the floor), "
+                             "running beside the pairs: each measured pair request is followed by the floor's")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--nth", default="1,8,32,128", help="report time to these output tokens")
@@ -141,13 +146,24 @@ def prefill_seconds(pd: PDDeployment, tokenizer, tokens: int) -> float:
     return prefill["meta_info"]["e2e_latency"]
 
 
+def point_body(tokenizer, tokens: int, kind: str, repeat: int, args) -> dict:
+    """The body of repeat `repeat` of a (prompt length, request type) point: the same for every mode."""
+    index = repeat + 7 * tokens + 31 * list(REQUEST_TYPES).index(kind)
+    return request_body(tokenizer, tokens, index, kind, args.max_tokens, seed=1000 + repeat)
+
+
 def run_point(pd: PDDeployment, tokenizer, tokens: int, kind: str, repeat: int, args) -> dict:
     pd.prefill.flush_cache()
-    index = repeat + 7 * tokens + 31 * list(REQUEST_TYPES).index(kind)
-    body = request_body(tokenizer, tokens, index, kind, args.max_tokens, seed=1000 + repeat)
+    body = point_body(tokenizer, tokens, kind, repeat, args)
     if getattr(args, "via", "router") == "direct":
         return pd.stream_direct(body, secrets.randbelow(2**62) + 1, nth=_ints(args.nth))
     return stream_generate(f"{pd.url}/generate", body, nth=_ints(args.nth))
+
+
+def run_floor(server: SGLangServer, tokenizer, tokens: int, kind: str, repeat: int, args) -> dict:
+    """The same request on the single server (the floor)."""
+    server.flush_cache()
+    return stream_generate(f"{server.url}/generate", point_body(tokenizer, tokens, kind, repeat, args), nth=_ints(args.nth))
 
 
 def main(argv=None) -> int:
@@ -165,30 +181,12 @@ def main(argv=None) -> int:
               for t in _names(args.transports)]  # fmt: skip
     kinds = _names(args.request_types)
     prefill_times: dict[int, list[float]] = {}
-    for done, (mode, rate, segment, transport) in enumerate(points, start=1):
-        print(f"[{done}/{len(points)}] mode={mode} link={rate} Gbps segments={segment} transport={transport}: "
-              "starting deployment", file=sys.stderr, flush=True)  # fmt: skip
-        lynx_args = ["--lynx-mode", mode, "--lynx-link-gbps", str(rate), "--lynx-insecure",
-                     "--lynx-segment-tokens", str(segment), "--lynx-transport", transport]  # fmt: skip
-        frame = chunk_bytes(rate, args.chunk_ms)
-        if frame is not None:
-            lynx_args += ["--lynx-chunk-bytes", str(frame)]
-        log_dir = Path(args.log_dir) / f"{mode}-{rate}-{segment}-{transport}"
-        server_args = [*CPU_MODEL_ARGS, "--chunked-prefill-size", str(args.chunked_prefill_size)]
-        with PDDeployment(model, lynx_args, extra_args=server_args, log_dir=log_dir, max_total_tokens=32768) as pd:
-            for tokens in _ints(args.prompt_tokens):
-                prefill_s = prefill_seconds(pd, tokenizer, tokens)
-                prefill_times.setdefault(tokens, []).append(prefill_s)
-                for kind in kinds:
-                    runs = [run_point(pd, tokenizer, tokens, kind, r, args) for r in range(args.repeats)]
-                    point = {"segment_tokens": segment, "transport": transport, "chunk_bytes": frame}
-                    rows.append(summarize(mode, rate, tokens, kind, prefill_s, runs) | point)
-                    row = rows[-1]
-                    print(f"    {tokens} tokens, {kind}: t1 {row['t1_s']:.2f}s, prefill {prefill_s:.2f}s",
-                          file=sys.stderr, flush=True)  # fmt: skip
-        write_json(args, rows)  # what was measured so far survives a later failure
-    if args.floor:
-        rows += floor_rows(model, tokenizer, kinds, prefill_times, args)
+    floor_runs: dict[tuple[int, str], list[dict]] = {}
+    with contextlib.ExitStack() as stack:
+        floor = stack.enter_context(floor_server(model, args)) if args.floor else None
+        sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, floor, floor_runs)
+    if floor_runs:
+        rows += floor_rows(floor_runs, prefill_times)
     write_json(args, rows)  # also gives every row its transfer/prefill ratio, which the table shows
     print_table(rows)
     print()
@@ -205,6 +203,36 @@ def main(argv=None) -> int:
     return 0
 
 
+def sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, floor, floor_runs) -> None:
+    """One deployment per point; every request of it, each followed by the floor's twin when `floor` runs."""
+    for done, (mode, rate, segment, transport) in enumerate(points, start=1):
+        print(f"[{done}/{len(points)}] mode={mode} link={rate} Gbps segments={segment} transport={transport}: "
+              "starting deployment", file=sys.stderr, flush=True)  # fmt: skip
+        lynx_args = ["--lynx-mode", mode, "--lynx-link-gbps", str(rate), "--lynx-insecure",
+                     "--lynx-segment-tokens", str(segment), "--lynx-transport", transport]  # fmt: skip
+        frame = chunk_bytes(rate, args.chunk_ms)
+        if frame is not None:
+            lynx_args += ["--lynx-chunk-bytes", str(frame)]
+        log_dir = Path(args.log_dir) / f"{mode}-{rate}-{segment}-{transport}"
+        server_args = [*CPU_MODEL_ARGS, "--chunked-prefill-size", str(args.chunked_prefill_size)]
+        with PDDeployment(model, lynx_args, extra_args=server_args, log_dir=log_dir, max_total_tokens=32768) as pd:
+            for tokens in _ints(args.prompt_tokens):
+                prefill_s = prefill_seconds(pd, tokenizer, tokens)
+                prefill_times.setdefault(tokens, []).append(prefill_s)
+                for kind in kinds:
+                    runs = []
+                    for repeat in range(args.repeats):
+                        runs.append(run_point(pd, tokenizer, tokens, kind, repeat, args))
+                        if floor is not None:
+                            floor_runs.setdefault((tokens, kind), []).append(run_floor(floor, tokenizer, tokens, kind, repeat, args))
+                    point = {"segment_tokens": segment, "transport": transport, "chunk_bytes": frame}
+                    rows.append(summarize(mode, rate, tokens, kind, prefill_s, runs) | point)
+                    row = rows[-1]
+                    print(f"    {tokens} tokens, {kind}: t1 {row['t1_s']:.2f}s, prefill {prefill_s:.2f}s",
+                          file=sys.stderr, flush=True)  # fmt: skip
+        write_json(args, rows)  # what was measured so far survives a later failure
+
+
 def write_json(args, rows: list[dict]) -> None:
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     add_ratios(rows)
@@ -213,22 +241,22 @@ def write_json(args, rows: list[dict]) -> None:
     Path(args.json).write_text(json.dumps(document, indent=2))
 
 
-def floor_rows(model, tokenizer, kinds: list[str], prefill_times: dict[int, list[float]], args) -> list[dict]:
-    """The same prompts on one non-disaggregated server: no transfer at all, the TTFT floor."""
+def floor_server(model, args) -> SGLangServer:
+    """The single non-disaggregated server (the floor), started before the first pair and kept
+    beside every one, so each of its requests is timed right after its pair twin (the same load
+    and the same minute of this shared machine's speed)."""
     print("floor: starting a single server", file=sys.stderr, flush=True)
-    rows = []
     log = Path(args.log_dir) / "floor.log"
-    with SGLangServer(model, ["--lynx", *CPU_MODEL_ARGS], max_total_tokens=32768, log_path=log) as server:
-        for tokens in _ints(args.prompt_tokens):
-            for kind in kinds:
-                runs = []
-                for repeat in range(args.repeats):
-                    server.flush_cache()
-                    index = repeat + 7 * tokens + 31 * list(REQUEST_TYPES).index(kind)
-                    body = request_body(tokenizer, tokens, index, kind, args.max_tokens, seed=1000 + repeat)
-                    runs.append(stream_generate(f"{server.url}/generate", body, nth=_ints(args.nth)))
-                prefill_s = statistics.median(prefill_times[tokens]) if prefill_times.get(tokens) else None
-                rows.append(summarize(FLOOR, None, tokens, kind, prefill_s, runs) | {"segment_tokens": None, "transport": None})
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return SGLangServer(model, ["--lynx", *CPU_MODEL_ARGS], max_total_tokens=32768, log_path=log)
+
+
+def floor_rows(floor_runs: dict[tuple[int, str], list[dict]], prefill_times: dict[int, list[float]]) -> list[dict]:
+    """One row per (prompt length, request type) of the floor's runs: no transfer at all."""
+    rows = []
+    for (tokens, kind), runs in floor_runs.items():
+        prefill_s = statistics.median(prefill_times[tokens]) if prefill_times.get(tokens) else None
+        rows.append(summarize(FLOOR, None, tokens, kind, prefill_s, runs) | {"segment_tokens": None, "transport": None})
     return rows
 
 
