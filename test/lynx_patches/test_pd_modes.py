@@ -192,10 +192,12 @@ def _pairs(run, bodies):
         yield from zip(bodies[suite], run.outputs[suite])
 
 
-def test_decode_radix_cache_never_shares_anchor_precision_kv(runs):
+@pytest.mark.parametrize("name", ["lynx-page64-radix", pytest.param("lynx-radix", marks=pytest.mark.extended)])
+def test_decode_radix_cache_never_shares_anchor_precision_kv(runs, name):
     """A decodes on its anchor while B (same prompt) arrives: B may not reuse A's
-    partial-precision prompt KV. C, after A was verified, reuses it."""
-    a, b, c = runs["lynx-radix"].outputs["radix"]
+    partial-precision prompt KV. C, after A was verified, reuses it. The default
+    tier's pair keeps KV pages of 64 (`test_pd_shapes`), the extended tier's pages of 1."""
+    a, b, c = runs[name].outputs["radix"]
     prompt = a["meta_info"]["prompt_tokens"]
     assert a["meta_info"]["lynx"]["transferred_tokens"] == prompt
     assert b["meta_info"]["lynx"]["transferred_tokens"] == prompt

@@ -7,7 +7,8 @@ Default tier, one representative of each:
   group (partial last pages), the second sharing the first's prefix, so its
   transfer starts after the pages the decode server already holds; both equal
   ``int8`` mode at page 1 token for token (near-tie rule,
-  `lynx_testing.exactness`) and every decode KV slot comes back;
+  `lynx_testing.exactness`) and every decode KV slot comes back (the same
+  pair serves `test_pd_modes`' radix sequence first);
 * Qwen2.5-Coder-0.5B (Qwen2: q/k/v biases, 14 query heads over 2 KV heads) in
   ``lynx`` mode against one Qwen2 server round-tripping each prompt's KV
   through int8 (`--lynx-loopback`: what ``int8`` mode, and ``lynx`` mode once

@@ -32,6 +32,9 @@ from request_types import request_types
 PROMPT_TOKENS = (512, 1024, 2048)
 MAX_TOKENS = 32
 SLOW_LINK = ("--lynx-link-gbps", "0.03")  # the residual lands after several decode steps
+# The decode radix cache, on a link slow enough that a request still decodes on its anchor when
+# the next one with its prompt arrives.
+RADIX_ARGS = ("--lynx-link-gbps", "0.01", "--disaggregation-decode-enable-radix-cache")
 # A short prompt's residual (~0.23 MB) lands ~0.6 s after its anchor: several decode steps.
 DISTRIBUTION_LINK = ("--lynx-link-gbps", "0.003")
 MOONCAKE = ("--lynx-transport", "mooncake")
@@ -99,13 +102,12 @@ DEPLOYMENTS = (
     Deployment("int4-types", ("--lynx-mode", "int4"), suites=("types",), extended=True),
     # Rollbacks (a 2-bit anchor) with KV pages of 16: only whole pages past the kept tokens go back.
     Deployment("lynx-2+6-page16", ("--lynx-mode", "lynx", "--lynx-preset", "2+6", "--page-size", "16", *SLOW_LINK)),
-    # Pages of 64 with the decode radix cache: partial last pages, a transfer starting after
-    # cached pages, drafts on the anchor (the default tier's page-size pair).
+    # The decode radix cache with pages of 64 (the default tier's page-size pair): partial last
+    # pages, transfers starting after cached pages, requests drafting on their anchors.
     Deployment(
         "lynx-page64-radix",
-        ("--lynx-mode", "lynx", "--page-size", "64", "--disaggregation-decode-enable-radix-cache", *SLOW_LINK,
-         "--lynx-segment-tokens", "0"),  # fmt: skip
-        suites=("pages",),
+        ("--lynx-mode", "lynx", "--page-size", "64", *RADIX_ARGS),
+        suites=("radix", "pages"),
         extended_suites=("greedy",),
     ),
     # The rest of the page-size matrix: each mode at pages of 16 and 64 against the same mode at 1.
@@ -118,11 +120,7 @@ DEPLOYMENTS = (
         suites=("pages", "greedy"),
         extended=True,
     ),
-    Deployment(
-        "lynx-radix",
-        ("--lynx-mode", "lynx", "--lynx-link-gbps", "0.01", "--disaggregation-decode-enable-radix-cache"),
-        suites=("radix",),
-    ),
+    Deployment("lynx-radix", ("--lynx-mode", "lynx", *RADIX_ARGS), suites=("radix",), extended=True),
     Deployment("lynx-bf16-exact", ("--lynx-mode", "lynx", "--lynx-preset", "bf16-exact", *SLOW_LINK), extended=True),
     Deployment("int8-mooncake", ("--lynx-mode", "int8", *MOONCAKE), isolated=True, extended=True),
     Deployment("lynx-mooncake", ("--lynx-mode", "lynx", *SLOW_LINK, *MOONCAKE), isolated=True),
