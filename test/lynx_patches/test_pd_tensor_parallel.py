@@ -14,14 +14,17 @@ TP changes the order of the all-reduced sums, so where outputs part, the
 parting token must be the reference's second choice within `NEAR_TIE_GAP`
 (`lynx_testing.exactness`); the summary line counts such partings.
 
-Extended tier only (`--extended`; about 5 minutes for the first pair with its
-reference): prefill TP 2 -> decode TP 2 in ``lynx`` mode on a slow link (the
-decode ranks draft on their anchors and agree before each verify pass), the
-other modes at TP 2 -> TP 2, and the heterogeneous shapes (prefill TP 2 ->
-decode TP 1, TP 1 -> TP 2) in ``lynx`` and ``int8`` modes. The default tier's
-representatives: a real TP 2 server (`test_shapes.py`), every TP shape's head
-routing between the real sides (`pd/test_tensor_parallel.py`) and the decode
-ranks' agreement over a real gloo group (`speculate/test_agree.py`).
+The default tier runs one pair: prefill TP 1 -> decode TP 2 in ``lynx`` mode
+on a slow link (heterogeneous; the two decode ranks draft on their anchors and
+agree before each verify pass), on the shared PD suites' greedy prompts,
+against the ``int8`` pair's answers (`pd_scenarios`), so it needs no reference
+server of its own. The extended tier (`--extended`) adds prefill TP 2 ->
+decode TP 2 in every mode and the other heterogeneous shapes, against TP 1
+references (about 5 minutes for the first pair with its reference). Other
+default-tier representatives: a real TP 2 server (`test_shapes.py`), every TP
+shape's head routing between the real sides (`pd/test_tensor_parallel.py`)
+and the decode ranks' agreement over a real gloo group
+(`speculate/test_agree.py`).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from lynx_testing.deploy import PDDeployment
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
 from pd_scenarios import SLOW_LINK, assert_greedy_answers_equal, request_body
 
-pytestmark = [pytest.mark.server, pytest.mark.extended]
+pytestmark = pytest.mark.server
 
 PROMPT_TOKENS = (512, 1024, 1536)
 MAX_NEW_TOKENS = 24
@@ -118,23 +121,38 @@ def secret_file(server_logs):
     return path
 
 
+def test_lynx_mode_prefill_tp1_to_decode_tp2_equals_the_int8_pair(model_path, pd_bodies, pd_runs, server_logs, secret_file):
+    """The default tier's pair: a prefill rank encodes each decode rank's heads apart, both decode
+    ranks draft on their anchors and verify together, every KV slot comes back, and the answers
+    equal the TP 1 ``int8`` pair's (the near-tie rule: TP reorders the all-reduced sums)."""
+    reference = pd_runs["int8"].outputs["greedy"]
+    run = run_pair(model_path, pd_bodies["greedy"], server_logs, secret_file, "lynx", 1, 2)
+    assert run["tp"] == (1, 2) and run["free"][1] == run["free"][0]
+    assert_greedy_answers_equal(reference, run["answers"], "lynx tp1->tp2")
+    metrics = [a["meta_info"]["lynx"] for a in run["answers"]]
+    assert sum(m["speculative_tokens"] for m in metrics) > 0, metrics
+
+
 @pytest.fixture(scope="module")
 def lynx_tp2(model_path, bodies, server_logs, secret_file, references) -> dict:
     references["lynx"]  # the TP 1 reference runs (and stops) first: one deployment at a time
     return run_pair(model_path, bodies, server_logs, secret_file, "lynx", 2, 2)
 
 
+@pytest.mark.extended
 def test_lynx_mode_prefill_tp2_to_decode_tp2_equals_tp1(lynx_tp2, references):
     assert lynx_tp2["tp"] == (2, 2)
     assert_greedy_answers_equal(references["lynx"], lynx_tp2["answers"], "lynx tp2->tp2")
 
 
+@pytest.mark.extended
 def test_tp2_decode_ranks_speculate_and_verify_together(lynx_tp2):
     metrics = [a["meta_info"]["lynx"] for a in lynx_tp2["answers"]]
     assert sum(m["speculative_tokens"] for m in metrics) > 0, metrics
     assert all(m["verify_batch"] >= 1 for m in metrics if m["speculative_tokens"]), metrics
 
 
+@pytest.mark.extended
 def test_tp2_decode_server_frees_every_kv_slot(lynx_tp2):
     before, after = lynx_tp2["free"]
     assert after == before
