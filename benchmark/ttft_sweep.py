@@ -10,8 +10,9 @@ time to the first streamed token and to the N-th, the decode server's anchor
 and residual arrival times, and in ``lynx`` mode the speculation and the cost
 of each verify stage (`meta_info["lynx"]`). With `--floor`, a single
 non-disaggregated server runs beside the pairs and answers every measured
-request right after its pair (the floor: no transfer at all), so the two are
-timed under the same load and in the same minute of a shared machine.
+request next to its pair's (the floor: no transfer at all; which of the two
+goes first alternates), so both are timed under the same load and in the same
+minute of a shared machine.
 
 Request types (`--request-types`): ``greedy``; ``sampled`` (temperature 0.8,
 top-p 0.95, a seed); ``logprobs`` (greedy with the top 5 logprobs of every
@@ -92,7 +93,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "`request_prefill_s`, which the overlap verdict uses)")
     parser.add_argument("--floor", action="store_true",
                         help="also time a single non-disaggregated server on the same prompts (the floor), "
-                             "running beside the pairs: each measured pair request is followed by the floor's")
+                             "running beside the pairs: each measured pair request has the floor's twin next to it")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--nth", default="1,8,32,128", help="report time to these output tokens")
@@ -185,8 +186,7 @@ def main(argv=None) -> int:
     with contextlib.ExitStack() as stack:
         floor = stack.enter_context(floor_server(model, args)) if args.floor else None
         sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, floor, floor_runs)
-    if floor_runs:
-        rows += floor_rows(floor_runs, prefill_times)
+    rows += floor_rows(floor_runs, prefill_times)
     write_json(args, rows)  # also gives every row its transfer/prefill ratio, which the table shows
     print_table(rows)
     print()
@@ -204,7 +204,8 @@ def main(argv=None) -> int:
 
 
 def sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, floor, floor_runs) -> None:
-    """One deployment per point; every request of it, each followed by the floor's twin when `floor` runs."""
+    """One deployment per point; with `floor` running, each request's twin goes to it right before
+    or after (alternately)."""
     for done, (mode, rate, segment, transport) in enumerate(points, start=1):
         print(f"[{done}/{len(points)}] mode={mode} link={rate} Gbps segments={segment} transport={transport}: "
               "starting deployment", file=sys.stderr, flush=True)  # fmt: skip
@@ -220,11 +221,14 @@ def sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, flo
                 prefill_s = prefill_seconds(pd, tokenizer, tokens)
                 prefill_times.setdefault(tokens, []).append(prefill_s)
                 for kind in kinds:
-                    runs = []
+                    runs, twins = [], floor_runs.setdefault((tokens, kind), [])
                     for repeat in range(args.repeats):
+                        floor_first = floor is not None and repeat % 2 == 1  # alternate who goes first
+                        if floor_first:
+                            twins.append(run_floor(floor, tokenizer, tokens, kind, repeat, args))
                         runs.append(run_point(pd, tokenizer, tokens, kind, repeat, args))
-                        if floor is not None:
-                            floor_runs.setdefault((tokens, kind), []).append(run_floor(floor, tokenizer, tokens, kind, repeat, args))
+                        if floor is not None and not floor_first:
+                            twins.append(run_floor(floor, tokenizer, tokens, kind, repeat, args))
                     point = {"segment_tokens": segment, "transport": transport, "chunk_bytes": frame}
                     rows.append(summarize(mode, rate, tokens, kind, prefill_s, runs) | point)
                     row = rows[-1]
@@ -243,8 +247,8 @@ def write_json(args, rows: list[dict]) -> None:
 
 def floor_server(model, args) -> SGLangServer:
     """The single non-disaggregated server (the floor), started before the first pair and kept
-    beside every one, so each of its requests is timed right after its pair twin (the same load
-    and the same minute of this shared machine's speed)."""
+    beside every one, so each of its requests is timed next to its pair twin (the same load and
+    the same minute of this shared machine's speed)."""
     print("floor: starting a single server", file=sys.stderr, flush=True)
     log = Path(args.log_dir) / "floor.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -255,6 +259,8 @@ def floor_rows(floor_runs: dict[tuple[int, str], list[dict]], prefill_times: dic
     """One row per (prompt length, request type) of the floor's runs: no transfer at all."""
     rows = []
     for (tokens, kind), runs in floor_runs.items():
+        if not runs:
+            continue
         prefill_s = statistics.median(prefill_times[tokens]) if prefill_times.get(tokens) else None
         rows.append(summarize(FLOOR, None, tokens, kind, prefill_s, runs) | {"segment_tokens": None, "transport": None})
     return rows
