@@ -221,13 +221,14 @@ def sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, flo
                 prefill_s = prefill_seconds(pd, tokenizer, tokens)
                 prefill_times.setdefault(tokens, []).append(prefill_s)
                 for kind in kinds:
-                    runs, twins = [], floor_runs.setdefault((tokens, kind), [])
+                    runs = []
+                    twins = None if floor is None else floor_runs.setdefault((tokens, kind), [])
                     for repeat in range(args.repeats):
-                        floor_first = floor is not None and repeat % 2 == 1  # alternate who goes first
+                        floor_first = twins is not None and repeat % 2 == 1  # alternate who goes first
                         if floor_first:
                             twins.append(run_floor(floor, tokenizer, tokens, kind, repeat, args))
                         runs.append(run_point(pd, tokenizer, tokens, kind, repeat, args))
-                        if floor is not None and not floor_first:
+                        if twins is not None and not floor_first:
                             twins.append(run_floor(floor, tokenizer, tokens, kind, repeat, args))
                     point = {"segment_tokens": segment, "transport": transport, "chunk_bytes": frame}
                     rows.append(summarize(mode, rate, tokens, kind, prefill_s, runs) | point)
@@ -259,8 +260,6 @@ def floor_rows(floor_runs: dict[tuple[int, str], list[dict]], prefill_times: dic
     """One row per (prompt length, request type) of the floor's runs: no transfer at all."""
     rows = []
     for (tokens, kind), runs in floor_runs.items():
-        if not runs:
-            continue
         prefill_s = statistics.median(prefill_times[tokens]) if prefill_times.get(tokens) else None
         rows.append(summarize(FLOOR, None, tokens, kind, prefill_s, runs) | {"segment_tokens": None, "transport": None})
     return rows
