@@ -1,7 +1,11 @@
 """Time to the 1st, 8th, 32nd and 128th token of the real prefill/decode pair, per mode, link rate and request type.
 
 For every (mode, link rate) a fresh deployment (prefill + decode with --lynx
-and SGLang's router) is started. Each prompt length is first sent once
+and SGLang's router) is started; with `--side-by-side` the deployments of the
+modes at one link rate run side by side and every measured request goes to
+each in turn (the order rotating per repeat), so the ratios the verdicts take compare
+requests timed within a minute of each other on this shared machine (two
+pairs at a time: ``lynx`` beside ``int4``, then beside ``int8``). Each prompt length is first sent once
 straight to both servers to time the prefill alone (`prefill_s`, the prefill
 server's answer: prefill plus the KV snapshot), then, for every request type,
 `--repeats` times (distinct essay text each time, prefill cache flushed) as a
@@ -67,6 +71,7 @@ REQUEST_TYPES = {
     "json": {"sampling_params": {"json_schema": json.dumps(JSON_SCHEMA)}},
     "repetition": {"sampling_params": {"repetition_penalty": 1.2}},
 }
+SIDE_BY_SIDE_MEM_FRACTION = "0.8"
 VERIFY_STAGES = ("upgrade_s", "forward_s", "predict_s", "commit_s")
 
 
@@ -94,6 +99,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--floor", action="store_true",
                         help="also time a single non-disaggregated server on the same prompts (the floor), "
                              "running beside the pairs: each measured pair request has the floor's twin next to it")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="run the modes of a link rate two pairs at a time (lynx beside each other mode in "
+                             "turn; ~8 GB of memory per pair here) and send each request to both, the order "
+                             "rotating per repeat: a verdict then compares requests timed in the same minute")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--nth", default="1,8,32,128", help="report time to these output tokens")
@@ -204,38 +213,74 @@ def main(argv=None) -> int:
 
 
 def sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, floor, floor_runs) -> None:
-    """One deployment per point; with `floor` running, each request's twin goes to it right before
-    or after (alternately)."""
-    for done, (mode, rate, segment, transport) in enumerate(points, start=1):
-        print(f"[{done}/{len(points)}] mode={mode} link={rate} Gbps segments={segment} transport={transport}: "
-              "starting deployment", file=sys.stderr, flush=True)  # fmt: skip
-        lynx_args = ["--lynx-mode", mode, "--lynx-link-gbps", str(rate), "--lynx-insecure",
-                     "--lynx-segment-tokens", str(segment), "--lynx-transport", transport]  # fmt: skip
-        frame = chunk_bytes(rate, args.chunk_ms)
-        if frame is not None:
-            lynx_args += ["--lynx-chunk-bytes", str(frame)]
-        log_dir = Path(args.log_dir) / f"{mode}-{rate}-{segment}-{transport}"
-        server_args = [*CPU_MODEL_ARGS, "--chunked-prefill-size", str(args.chunked_prefill_size)]
-        with PDDeployment(model, lynx_args, extra_args=server_args, log_dir=log_dir, max_total_tokens=32768) as pd:
+    """Run the points' deployments one at a time or, with `--side-by-side`, every mode of one (link
+    rate, segments, transport) at once. Each measured request goes to every running deployment (and
+    the floor) in turn, the order rotating with the repeat, so the modes compared in a verdict are
+    timed in the same minute of this shared machine."""
+    groups = point_groups(points, args.side_by_side)
+    for done, group in enumerate(groups, start=1):
+        with contextlib.ExitStack() as stack:
+            pds = {}
+            for mode, rate, segment, transport in group:
+                print(f"[{done}/{len(groups)}] mode={mode} link={rate} Gbps segments={segment} transport={transport}: "
+                      "starting deployment", file=sys.stderr, flush=True)  # fmt: skip
+                pds[mode] = stack.enter_context(deployment(model, mode, rate, segment, transport, args))
             for tokens in _ints(args.prompt_tokens):
-                prefill_s = prefill_seconds(pd, tokenizer, tokens)
-                prefill_times.setdefault(tokens, []).append(prefill_s)
+                prefills = {mode: prefill_seconds(pd, tokenizer, tokens) for mode, pd in pds.items()}
+                prefill_times.setdefault(tokens, []).extend(prefills.values())
                 for kind in kinds:
-                    runs = []
-                    twins = None if floor is None else floor_runs.setdefault((tokens, kind), [])
+                    runs = {mode: [] for mode in pds}
+                    lanes = [*pds, *([FLOOR] if floor is not None else [])]
                     for repeat in range(args.repeats):
-                        floor_first = twins is not None and repeat % 2 == 1  # alternate who goes first
-                        if floor_first:
-                            twins.append(run_floor(floor, tokenizer, tokens, kind, repeat, args))
-                        runs.append(run_point(pd, tokenizer, tokens, kind, repeat, args))
-                        if twins is not None and not floor_first:
-                            twins.append(run_floor(floor, tokenizer, tokens, kind, repeat, args))
-                    point = {"segment_tokens": segment, "transport": transport, "chunk_bytes": frame}
-                    rows.append(summarize(mode, rate, tokens, kind, prefill_s, runs) | point)
-                    row = rows[-1]
-                    print(f"    {tokens} tokens, {kind}: t1 {row['t1_s']:.2f}s, prefill {prefill_s:.2f}s",
-                          file=sys.stderr, flush=True)  # fmt: skip
+                        turn = repeat % len(lanes)
+                        for lane in lanes[turn:] + lanes[:turn]:
+                            if lane == FLOOR:
+                                floor_runs.setdefault((tokens, kind), []).append(
+                                    run_floor(floor, tokenizer, tokens, kind, repeat, args))
+                            else:
+                                runs[lane].append(run_point(pds[lane], tokenizer, tokens, kind, repeat, args))
+                    for mode, rate, segment, transport in group:
+                        point = {"segment_tokens": segment, "transport": transport,
+                                 "chunk_bytes": chunk_bytes(rate, args.chunk_ms),
+                                 "group": done if args.side_by_side else None}  # fmt: skip
+                        rows.append(summarize(mode, rate, tokens, kind, prefills[mode], runs[mode]) | point)
+                        print(f"    {mode} {tokens} tokens, {kind}: t1 {rows[-1]['t1_s']:.2f}s, "
+                              f"prefill {prefills[mode]:.2f}s", file=sys.stderr, flush=True)  # fmt: skip
         write_json(args, rows)  # what was measured so far survives a later failure
+
+
+def point_groups(points: list[tuple], side_by_side: bool) -> list[list[tuple]]:
+    """The deployments that run at once: each point alone, or with `side_by_side` the modes of one
+    (link rate, segments, transport) together, in the order the points come. Two pairs at a time
+    is what this machine's memory holds (a server takes ~4 GB in all), so ``lynx`` runs beside
+    each other mode in turn when there are more than two."""
+    if not side_by_side:
+        return [[p] for p in points]
+    groups: dict[tuple, list[tuple]] = {}
+    for point in points:
+        groups.setdefault(point[1:], []).append(point)
+    out = []
+    for group in groups.values():
+        lynx = [p for p in group if p[0] == "lynx"]
+        others = [p for p in group if p[0] != "lynx"]
+        out += [[*lynx, other] for other in others] if lynx and len(others) > 1 else [group]
+    return out
+
+
+def deployment(model, mode: str, rate: float, segment: int, transport: str, args) -> PDDeployment:
+    """The prefill/decode pair of one point: `mode` on a `rate` Gbit/s emulated link."""
+    lynx_args = ["--lynx-mode", mode, "--lynx-link-gbps", str(rate), "--lynx-insecure",
+                 "--lynx-segment-tokens", str(segment), "--lynx-transport", transport]  # fmt: skip
+    frame = chunk_bytes(rate, args.chunk_ms)
+    if frame is not None:
+        lynx_args += ["--lynx-chunk-bytes", str(frame)]
+    log_dir = Path(args.log_dir) / f"{mode}-{rate}-{segment}-{transport}"
+    server_args = [*CPU_MODEL_ARGS, "--chunked-prefill-size", str(args.chunked_prefill_size)]
+    if args.side_by_side:
+        # Memory is counted machine-wide here: a server starting beside running ones sees their
+        # memory as taken by its own weights; --max-total-tokens still bounds every pool.
+        server_args += ["--mem-fraction-static", SIDE_BY_SIDE_MEM_FRACTION]
+    return PDDeployment(model, lynx_args, extra_args=server_args, log_dir=log_dir, max_total_tokens=32768)
 
 
 def write_json(args, rows: list[dict]) -> None:

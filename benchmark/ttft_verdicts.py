@@ -8,31 +8,49 @@ FLOOR = "floor"  # the rows of the single non-disaggregated server
 
 def verdicts(rows: list[dict]) -> list[dict]:
     """Per (link rate, prompt length, request type), at the first segment size: lynx t1 / int4 t1,
-    lynx tN / int8 tN and lynx t1 / the floor's t1."""
+    lynx tN / int8 tN and lynx t1 / the floor's t1. Where the sweep ran pairs side by side
+    (rows with a ``group``), each ratio takes the ``lynx`` row timed beside the compared mode."""
     served = (rows[0]["segment_tokens"], rows[0].get("transport")) if rows else (None, None)
-    index = {(r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]): r for r in rows
-             if r["segment_tokens"] is None or (r["segment_tokens"], r.get("transport")) == served}  # fmt: skip
+    index: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["segment_tokens"] is None or (r["segment_tokens"], r.get("transport")) == served:
+            index.setdefault((r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]), []).append(r)
     out = []
-    for (mode, rate, tokens, kind), lynx in index.items():
+    for (mode, rate, tokens, kind), lynx_rows in index.items():
         if mode != "lynx":
             continue
-        floor = index.get((FLOOR, None, tokens, kind))
-        int4, int8 = index.get(("int4", rate, tokens, kind)), index.get(("int8", rate, tokens, kind))
+        floor = _first(index.get((FLOOR, None, tokens, kind)))
+        lynx4, int4 = _beside(lynx_rows, index.get(("int4", rate, tokens, kind)))
+        lynx8, int8 = _beside(lynx_rows, index.get(("int8", rate, tokens, kind)))
         entry = {"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind}
-        if int4 and int4.get("t1_s") and lynx.get("t1_s"):
-            entry["t1_vs_int4"] = lynx["t1_s"] / int4["t1_s"]
-        for key in nth_keys([lynx]):
-            if key != "t1_s" and int8 and int8.get(key) and lynx.get(key):
-                entry[f"{key[:-2]}_vs_int8"] = lynx[key] / int8[key]
+        if int4 and int4.get("t1_s") and lynx4.get("t1_s"):
+            entry["t1_vs_int4"] = lynx4["t1_s"] / int4["t1_s"]
+        for key in nth_keys([lynx8]):
+            if key != "t1_s" and int8 and int8.get(key) and lynx8.get(key):
+                entry[f"{key[:-2]}_vs_int8"] = lynx8[key] / int8[key]
         later = [v for k, v in entry.items() if k.endswith("_vs_int8")]
         if "t1_vs_int4" in entry or later:  # None: no int4 or int8 row at this point to judge by
             entry["met"] = entry.get("t1_vs_int4", 0) <= 1.05 and all(v <= 1.0 for v in later)
         else:
             entry["met"] = None
-        if floor and floor.get("t1_s") and lynx.get("t1_s"):
-            entry["t1_vs_floor"] = lynx["t1_s"] / floor["t1_s"]
+        if floor and floor.get("t1_s") and lynx_rows[0].get("t1_s"):
+            entry["t1_vs_floor"] = lynx_rows[0]["t1_s"] / floor["t1_s"]
         out.append(entry)
     return out
+
+
+def _first(rows: list[dict] | None) -> dict | None:
+    return rows[0] if rows else None
+
+
+def _beside(lynx_rows: list[dict], others: list[dict] | None) -> tuple[dict, dict | None]:
+    """The ``lynx`` row and the compared mode's row to set against it: a pair from one group of
+    side-by-side deployments if there is one, else the first of each."""
+    for other in others or ():
+        for lynx in lynx_rows:
+            if other.get("group") is not None and lynx.get("group") == other.get("group"):
+                return lynx, other
+    return lynx_rows[0], _first(others)
 
 
 def pipelining(rows: list[dict]) -> list[dict]:

@@ -101,6 +101,31 @@ def test_every_request_type_runs_to_the_token_budget():
     assert json.loads(sweep.request_body(tokenizer, 64, 0, "json", 8, seed=3)["sampling_params"]["json_schema"])
 
 
+def test_side_by_side_runs_lynx_beside_each_other_mode_of_one_link_rate():
+    sweep = _sweep()
+    points = [(m, r, 512, "zmq") for m in ("int4", "int8", "lynx") for r in (0.02, 0.08)]
+    alone = sweep.point_groups(points, side_by_side=False)
+    assert alone == [[p] for p in points]
+    paired = sweep.point_groups(points, side_by_side=True)
+    assert [[p[0] for p in g] for g in paired] == [["lynx", "int4"], ["lynx", "int8"]] * 2
+    assert [{p[1] for p in g} for g in paired] == [{0.02}, {0.02}, {0.08}, {0.08}]
+    two = [p for p in points if p[0] != "int8"]
+    assert [[p[0] for p in g] for g in sweep.point_groups(two, side_by_side=True)] == [["int4", "lynx"]] * 2
+
+
+def test_side_by_side_verdicts_set_each_mode_against_the_lynx_row_timed_beside_it():
+    sweep = _sweep()
+    rows = [
+        _row("lynx", "greedy", t1_s=10.0, t8_s=11.0, group=1),
+        _row("int4", "greedy", t1_s=9.8, t8_s=10.5, group=1),
+        _row("lynx", "greedy", t1_s=11.0, t8_s=12.0, group=2),
+        _row("int8", "greedy", t1_s=13.0, t8_s=12.5, group=2),
+    ]
+    (verdict,) = sweep.verdicts(rows)
+    assert verdict["t1_vs_int4"] == pytest.approx(10.0 / 9.8)
+    assert verdict["t8_vs_int8"] == pytest.approx(12.0 / 12.5) and verdict["met"]
+
+
 def test_unknown_request_types_are_refused():
     with pytest.raises(SystemExit):
         _sweep().parse_args(["--request-types", "greedy,haiku"])
