@@ -29,6 +29,7 @@ Triton kernels (``lynx_kernels.stages``) repeat it op for op.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -112,10 +113,27 @@ def stage_levels(codes: Sequence[torch.Tensor], stage_bits: Sequence[int]) -> to
 
     Returns:
         float32 levels of that shape; with the anchor alone, its codes.
+
+    A level depends on its element's codes alone, so it is looked up in
+    the table :func:`levels_of_cells` computes for every combination of
+    codes (at most ``2^16``), which gives the same float32 values as
+    computing it element by element.
     """
     _check_stage_bits(stage_bits)
     if not 1 <= len(codes) <= len(stage_bits):
         raise ValueError(f"need between 1 and {len(stage_bits)} stages, got {len(codes)}")
+    if len(codes) == 1:
+        return codes[0].float()
+    widths = tuple(stage_bits[: len(codes)])
+    index = codes[0].to(torch.int64)
+    for stage, bits in zip(codes[1:], widths[1:]):
+        index = (index << bits) | stage.to(torch.int64)
+    return _level_table(widths, str(index.device))[index]
+
+
+def levels_of_cells(codes: Sequence[torch.Tensor], stage_bits: Sequence[int]) -> torch.Tensor:
+    """:func:`stage_levels` computed cell by cell, as the module docstring describes (the
+    arithmetic the Triton kernels repeat op for op)."""
     cell = anchor_cell(codes[0], stage_bits[0])
     for stage, bits in zip(codes[1:-1], stage_bits[1:]):
         cell = refine(cell, stage, bits)
@@ -123,6 +141,22 @@ def stage_levels(codes: Sequence[torch.Tensor], stage_bits: Sequence[int]) -> to
         return cell.level
     last = stage_bits[len(codes) - 1]
     return _level(cell, codes[-1], last, _step(cell, 1 << last))
+
+
+def _combinations(widths: tuple[int, ...]) -> list[torch.Tensor]:
+    """Per stage its code in each of the ``2^sum(widths)`` combinations, the anchor's in the high bits."""
+    combos = torch.arange(1 << sum(widths), dtype=torch.int64)
+    codes, shift = [], sum(widths)
+    for bits in widths:
+        shift -= bits
+        codes.append((combos >> shift) & ((1 << bits) - 1))
+    return codes
+
+
+@functools.lru_cache(maxsize=32)
+def _level_table(widths: tuple[int, ...], device: str) -> torch.Tensor:
+    """float32 ``[2^sum(widths)]``: the level of every combination of codes, the anchor's in the high bits."""
+    return levels_of_cells(_combinations(widths), widths).to(device)
 
 
 def _level(cell: Cell, codes: torch.Tensor, bits: int, step: torch.Tensor) -> torch.Tensor:

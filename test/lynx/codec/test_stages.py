@@ -5,7 +5,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lynx.codec.stages import anchor_cell, anchor_codes, refine, refine_codes, stage_codes, stage_levels
+from lynx.codec.stages import (
+    anchor_cell,
+    anchor_codes,
+    levels_of_cells,
+    refine,
+    refine_codes,
+    stage_codes,
+    stage_levels,
+)
 
 stage_bits_strategy = st.lists(st.integers(1, 8), min_size=1, max_size=4).filter(lambda bits: sum(bits) <= 16)
 
@@ -88,6 +96,15 @@ def test_residual_is_the_index_of_the_sub_cell_holding_the_position():
 def test_codes_of_positions_past_the_group_ends_are_clamped():
     codes = stage_codes(torch.tensor([-0.3, 15.4]), (4, 4))
     assert [c.tolist() for c in codes] == [[0, 15], [0, 0]]
+
+
+@settings(max_examples=30, deadline=None)
+@given(stage_bits=stage_bits_strategy, seed=st.integers(0, 2**16))
+def test_looked_up_levels_are_bit_for_bit_the_levels_computed_cell_by_cell(stage_bits, seed):
+    codes = stage_codes(_positions(stage_bits[0], seed), stage_bits)
+    for count in range(1, len(stage_bits) + 1):
+        looked_up, computed = stage_levels(codes[:count], stage_bits), levels_of_cells(codes[:count], stage_bits)
+        assert torch.equal(looked_up.view(torch.int32), computed.view(torch.int32))
 
 
 @pytest.mark.parametrize("count", [0, 3])
