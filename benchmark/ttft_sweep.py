@@ -1,12 +1,11 @@
 """Time to the 1st, 8th, 32nd and 128th token of the real prefill/decode pair, per mode, link rate and request type.
 
 For every (mode, link rate) a fresh deployment (prefill + decode with --lynx
-and SGLang's router) is started; with `--side-by-side` the deployments of the
-modes at one link rate run side by side and every measured request goes to
-each in turn (the order rotating per repeat), so the ratios the verdicts take compare
-requests timed within a minute of each other on this shared machine (two
-pairs at a time: ``lynx`` beside ``int4``, then beside ``int8``). Each prompt length is first sent once
-straight to both servers to time the prefill alone (`prefill_s`, the prefill
+and SGLang's router) is started. With `--side-by-side` two pairs run at once
+(``lynx`` beside ``int4``, then beside ``int8``) and every measured request
+goes to both in turn, the first one alternating, so each verdict compares
+requests timed seconds apart on this shared machine. Each prompt length is
+first sent once straight to both servers to time the prefill alone (`prefill_s`, the prefill
 server's answer: prefill plus the KV snapshot), then, for every request type,
 `--repeats` times (distinct essay text each time, prefill cache flushed) as a
 streaming `/generate` through the router. Recorded per request: client-side
@@ -213,10 +212,9 @@ def main(argv=None) -> int:
 
 
 def sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, floor, floor_runs) -> None:
-    """Run the points' deployments one at a time or, with `--side-by-side`, every mode of one (link
-    rate, segments, transport) at once. Each measured request goes to every running deployment (and
-    the floor) in turn, the order rotating with the repeat, so the modes compared in a verdict are
-    timed in the same minute of this shared machine."""
+    """Run the deployment groups of `point_groups` one after another. Each measured request goes to
+    every deployment of the running group (and the floor) in turn, the order rotating with the
+    repeat, so the modes compared in a verdict are timed in the same minute of this shared machine."""
     groups = point_groups(points, args.side_by_side)
     for done, group in enumerate(groups, start=1):
         with contextlib.ExitStack() as stack:
