@@ -22,6 +22,14 @@ NEAR_TIE_GAP = 0.02
 # tied at bf16's resolution; only bf16-against-bf16 comparisons use this.
 BF16_NEAR_TIE_GAP = 2.0**-3
 
+# Rounding inside the layers moves a bf16 decoder's top-2 gap further from
+# the full-precision model's: transformers' bf16 gaps differ from its fp32
+# gaps by up to 0.40 nats on the serving tests' prompts (median 0.05-0.11 per
+# prompt), and differently on another CPU. Two top tokens the fp32 model
+# holds within this gap may come out in either order from a correct bf16
+# decoder (`settle_bf16_parting`).
+BF16_ROUNDING_GAP = 0.5
+
 TopTwo = tuple[tuple[int, float], tuple[int, float]]
 
 
@@ -87,6 +95,33 @@ def compare_greedy(
         )
     return Comparison("equal")
 
+
+
+def settle_bf16_parting(
+    result: Comparison,
+    candidate: Sequence[int],
+    exact_top2: Callable[[list[int]], TopTwo],
+) -> Comparison:
+    """Judge a bf16 decoder's parting from a bf16 reference with the fp32 model.
+
+    Rounding inside the layers puts two bf16 decoders more than one bf16
+    step apart, so a parting wider than `BF16_NEAR_TIE_GAP` is no proof of a
+    bug. `exact_top2(prefix)` gives the full-precision model's top two after
+    the candidate's tokens before the parting (``candidate[:position]``);
+    the parting is a tie when the full-precision model picks the candidate's
+    token, or holds it second within `BF16_ROUNDING_GAP`. Any other mismatch
+    is returned unchanged.
+    """
+    if result.verdict != "mismatch" or result.gap is None:
+        return result
+    pos = result.position
+    chosen = candidate[pos]
+    (first, first_lp), (second, second_lp) = exact_top2(list(candidate[:pos]))
+    if first == chosen or (second == chosen and first_lp - second_lp <= BF16_ROUNDING_GAP):
+        return Comparison("near_tie", pos, result.gap, f"position {pos}: the fp32 model's top-2 {(first, second)}")
+    return Comparison(
+        result.verdict, pos, result.gap, f"{result.detail}; fp32 top-2 {((first, first_lp), (second, second_lp))}"
+    )
 
 
 @dataclass(frozen=True)

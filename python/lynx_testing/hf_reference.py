@@ -43,6 +43,13 @@ class HFReference:
         top2 = [_greedy_step(torch, scores[0])[1] for scores in out.scores[: len(tokens)]]
         return tokens, top2
 
+    def next_top2(self, ids: list[int]) -> TopTwo:
+        """The two most likely tokens after `ids` (one forward pass), best first."""
+        torch = self._torch
+        with torch.no_grad():
+            logits = self.model(torch.tensor([ids])).logits[0, -1]
+        return _greedy_step(torch, logits)[1]
+
 
 def _greedy_step(torch, logits) -> tuple[int, TopTwo]:
     logprobs = torch.log_softmax(logits.float(), dim=-1)

@@ -1,6 +1,12 @@
 import math
 
-from lynx_testing.exactness import compare_greedy, compare_greedy_resynced, compare_sampled, sampling_pit
+from lynx_testing.exactness import (
+    compare_greedy,
+    compare_greedy_resynced,
+    compare_sampled,
+    sampling_pit,
+    settle_bf16_parting,
+)
 
 
 def _top2(first, second, gap=0.0):
@@ -30,6 +36,33 @@ def test_parting_at_a_token_outside_top2_is_a_mismatch():
 def test_equal_prefix_with_different_lengths_is_a_mismatch():
     result = compare_greedy([1, 2, 3], [1, 2], [_top2(1, 9)] * 3)
     assert (result.verdict, result.position) == ("mismatch", 2)
+
+
+def test_a_wide_bf16_parting_stands_when_the_fp32_model_picks_the_candidates_token():
+    top2 = [_top2(1, 9), _top2(2, 7, gap=0.375)]
+    mismatch = compare_greedy([1, 2], [1, 7], top2, max_gap=0.125)
+    asked = []
+
+    def exact(prefix, choice):
+        asked.append(prefix)
+        return choice
+
+    settled = settle_bf16_parting(mismatch, [1, 7], lambda p: exact(p, _top2(7, 2, gap=0.3)))
+    assert (settled.verdict, settled.position) == ("near_tie", 1)
+    assert asked == [[1]]
+    # The fp32 model holding the two within bf16's rounding settles it too.
+    assert settle_bf16_parting(mismatch, [1, 7], lambda p: _top2(2, 7, gap=0.27)).ok
+
+
+def test_a_wide_bf16_parting_the_fp32_model_disagrees_with_stays_a_mismatch():
+    top2 = [_top2(1, 9), _top2(2, 7, gap=0.375)]
+    mismatch = compare_greedy([1, 2], [1, 7], top2, max_gap=0.125)
+    for fp32 in (_top2(2, 7, gap=0.6), _top2(2, 5, gap=0.0)):
+        settled = settle_bf16_parting(mismatch, [1, 7], lambda p, fp32=fp32: fp32)
+        assert settled.verdict == "mismatch" and "fp32 top-2" in settled.detail
+    # Lengths that differ are never settled by a model.
+    short = compare_greedy([1, 2], [1], [_top2(1, 9)] * 2)
+    assert settle_bf16_parting(short, [1], lambda p: _top2(1, 9)) is short
 
 
 def test_resync_checks_tokens_after_a_tie():
