@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -56,7 +57,7 @@ from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.netns import INSIDE_ENV, isolated
 from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import stream_generate
-from ttft_verdicts import FLOOR, nth_keys, overlap, pipelining, verdicts
+from ttft_verdicts import FLOOR, agreement, nth_keys, overlap, pipelining, verdicts
 
 JSON_SCHEMA = {
     "type": "object",
@@ -207,6 +208,10 @@ def main(argv=None) -> int:
         print(f"overlap {o['link_gbps']:g} Gbps {o['prompt_tokens']} tokens {o['request_type']}: lynx t1 / "
               f"(max(prefill {o['prefill_s']:.2f}s, anchor {o['anchor_s']:.2f}s) + step {o['step_s']:.2f}s) = "
               f"{o['t1_vs_bound']:.3f}{ratio}")  # fmt: skip
+    for a in agreement(rows):
+        parted = f", parted at repeats {a['parted_repeats']}" if a["parted_repeats"] else ""
+        print(f"outputs {a['link_gbps']:g} Gbps {a['prompt_tokens']} tokens {a['request_type']}: lynx equals int8 "
+              f"in {a['equal']} of {a['compared']}{parted}")  # fmt: skip
     print(f"\nJSON: {args.json}")
     return 0
 
@@ -285,7 +290,7 @@ def write_json(args, rows: list[dict]) -> None:
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     add_ratios(rows)
     document = {"args": vars(args), "rows": rows, "verdicts": verdicts(rows), "pipelining": pipelining(rows),
-                "overlap": overlap(rows)}  # fmt: skip
+                "overlap": overlap(rows), "agreement": agreement(rows)}  # fmt: skip
     Path(args.json).write_text(json.dumps(document, indent=2))
 
 
@@ -331,8 +336,15 @@ def summarize(mode: str, rate: float, tokens: int, kind: str, prefill_s: float, 
         "completion_tokens": median("completion_tokens"),
         **_speculation(runs),
         "repeats": len(runs),
-        "runs": [{k: v for k, v in r.items() if k != "text"} for r in runs],
+        "runs": [{k: v for k, v in r.items() if k != "text"} | {"output_sha": output_digest(r)} for r in runs],
     }
+
+
+def output_digest(run: dict) -> str | None:
+    """A short digest of a run's output text: equal outputs of two modes have equal digests."""
+    if run.get("text") is None:
+        return None
+    return hashlib.sha256(run["text"].encode()).hexdigest()[:16]
 
 
 def _speculation(runs: list[dict]) -> dict:

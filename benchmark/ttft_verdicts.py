@@ -1,5 +1,6 @@
-"""What the TTFT sweep's rows show: lynx against int4 and int8, pipelining on against off, and the
-overlap of transfer and prefill (`overlap`), per point of the sweep. Pure arithmetic on the rows."""
+"""What the TTFT sweep's rows show: lynx against int4 and int8, pipelining on against off, the
+overlap of transfer and prefill (`overlap`) and lynx's outputs against int8's (`agreement`), per
+point of the sweep. Pure arithmetic on the rows."""
 
 from __future__ import annotations
 
@@ -51,6 +52,29 @@ def _beside(lynx_rows: list[dict], others: list[dict] | None) -> tuple[dict, dic
             if other.get("group") is not None and lynx.get("group") == other.get("group"):
                 return lynx, other
     return lynx_rows[0], _first(others)
+
+
+def agreement(rows: list[dict]) -> list[dict]:
+    """Per (link rate, prompt length, request type, segments, transport): how many of ``lynx``'s
+    outputs equal ``int8`` mode's for the same request (the same body in both modes, repeat by
+    repeat; compared by the digest of the output text each run keeps as ``output_sha``)."""
+    index: dict[tuple, list[dict]] = {}
+    for r in rows:
+        key = (r["link_gbps"], r["prompt_tokens"], r["request_type"], r["segment_tokens"], r.get("transport"))
+        index.setdefault((r["mode"], *key), []).append(r)
+    out = []
+    for (mode, *key), lynx_rows in index.items():
+        if mode != "lynx" or ("int8", *key) not in index:
+            continue
+        lynx, int8 = _beside(lynx_rows, index[("int8", *key)])
+        pairs = [(a.get("output_sha"), b.get("output_sha")) for a, b in zip(lynx["runs"], int8["runs"])]
+        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+        parted = [i for i, (a, b) in enumerate(pairs) if a != b]
+        rate, tokens, kind, segment, transport = key
+        out.append({"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind, "segment_tokens": segment,
+                    "transport": transport, "compared": len(pairs), "equal": len(pairs) - len(parted),
+                    "parted_repeats": parted})  # fmt: skip
+    return out
 
 
 def pipelining(rows: list[dict]) -> list[dict]:

@@ -126,6 +126,18 @@ def test_side_by_side_verdicts_set_each_mode_against_the_lynx_row_timed_beside_i
     assert verdict["t8_vs_int8"] == pytest.approx(12.0 / 12.5) and verdict["met"]
 
 
+def test_agreement_counts_the_requests_where_lynx_output_equals_int8s():
+    sweep = _sweep()
+    runs = lambda *texts: [{"text": t, "prompt_tokens": 1000} for t in texts]  # noqa: E731
+    lynx = sweep.summarize("lynx", 0.02, 1000, "greedy", 5.0, runs("a b", "c d", "e f"))
+    int8 = sweep.summarize("int8", 0.02, 1000, "greedy", 5.0, runs("a b", "c x", "e f"))
+    int4 = sweep.summarize("int4", 0.02, 1000, "greedy", 5.0, runs("z", "z", "z"))
+    point = {"segment_tokens": 0, "transport": "zmq"}
+    (entry,) = sweep.agreement([lynx | point, int4 | point, int8 | point])
+    assert (entry["equal"], entry["compared"], entry["parted_repeats"]) == (2, 3, [1])
+    assert sweep.agreement([lynx | point, int4 | point]) == []  # int4 is not expected to agree
+
+
 def test_unknown_request_types_are_refused():
     with pytest.raises(SystemExit):
         _sweep().parse_args(["--request-types", "greedy,haiku"])
@@ -152,6 +164,7 @@ def test_lynx_point_reports_nth_tokens_arrivals_acceptance_and_verify_stages(tmp
         assert len(row["stream_bytes"]) == 2 and row["stream_bytes"][0] > 0
         assert 0 <= row["accepted_tokens"] <= row["speculative_tokens"]
     assert sum(r["speculative_tokens"] for r in rows) > 0
+    assert all(len(run["output_sha"]) == 16 for row in rows for run in row["runs"])
 
 
 def test_the_floor_rows_summarize_without_a_wire_format(tmp_path):
