@@ -21,7 +21,9 @@ Request types (`--request-types`): ``greedy``; ``sampled`` (temperature 0.8,
 top-p 0.95, a seed); ``logprobs`` (greedy with the top 5 logprobs of every
 token); ``json`` (a JSON schema); ``repetition`` (repetition penalty 1.2).
 Every type runs to `--max-tokens` tokens (``ignore_eos``; the JSON schema asks
-for enough items).
+for enough items). Each deployment (and the floor) first answers one short
+untimed request of every type: a server's first request of some types
+compiles kernels (~30 s once for the repetition penalty here).
 
 The link is emulated by the prefill sender's token bucket (`--lynx-link-gbps`), on
 either transport (`--transports zmq,mooncake`). Frames are sized to the
@@ -64,6 +66,7 @@ JSON_SCHEMA = {
     "properties": {"points": {"type": "array", "items": {"type": "string", "minLength": 24}, "minItems": 20}},
     "required": ["points"],
 }
+WARM_UP_TOKENS = 64  # prompt length of the untimed warm-up requests
 REQUEST_TYPES = {
     "greedy": {},
     "sampled": {"sampling_params": {"temperature": 0.8, "top_p": 0.95}},
@@ -145,6 +148,18 @@ def request_body(tokenizer, tokens: int, index: int, kind: str, max_tokens: int,
     return {**body, **{k: v for k, v in extra.items() if k != "sampling_params"}}
 
 
+def warm_up_bodies(tokenizer, kinds: list[str]) -> list[dict]:
+    """One short untimed request per request type: a server's first request of some types
+    compiles kernels (the first repetition-penalty request took ~30 s more on this CPU)."""
+    return [request_body(tokenizer, WARM_UP_TOKENS, 999, kind, max_tokens=4, seed=1) for kind in kinds]
+
+
+def warm_up(url: str, tokenizer, kinds: list[str]) -> None:
+    """Send `warm_up_bodies` to `url` (a deployment's or the floor's `/generate`), untimed."""
+    for body in warm_up_bodies(tokenizer, kinds):
+        stream_generate(url, body)
+
+
 def prefill_seconds(pd: PDDeployment, tokenizer, tokens: int) -> float:
     """How long the prefill server takes to answer one prompt of `tokens` tokens (sent straight to both)."""
     pd.prefill.flush_cache()
@@ -194,6 +209,8 @@ def main(argv=None) -> int:
     floor_runs: dict[tuple[int, str], list[dict]] = {}
     with contextlib.ExitStack() as stack:
         floor = stack.enter_context(floor_server(model, args)) if args.floor else None
+        if floor is not None:
+            warm_up(f"{floor.url}/generate", tokenizer, kinds)
         sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, floor, floor_runs)
     rows += floor_rows(floor_runs, prefill_times)
     write_json(args, rows)  # also gives every row its transfer/prefill ratio, which the table shows
@@ -228,6 +245,8 @@ def sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, flo
                 print(f"[{done}/{len(groups)}] mode={mode} link={rate} Gbps segments={segment} transport={transport}: "
                       "starting deployment", file=sys.stderr, flush=True)  # fmt: skip
                 pds[mode] = stack.enter_context(deployment(model, mode, rate, segment, transport, args))
+            for pd in pds.values():
+                warm_up(f"{pd.url}/generate", tokenizer, kinds)
             for tokens in _ints(args.prompt_tokens):
                 prefills = {mode: prefill_seconds(pd, tokenizer, tokens) for mode, pd in pds.items()}
                 prefill_times.setdefault(tokens, []).extend(prefills.values())

@@ -101,6 +101,19 @@ def test_every_request_type_runs_to_the_token_budget():
     assert json.loads(sweep.request_body(tokenizer, 64, 0, "json", 8, seed=3)["sampling_params"]["json_schema"])
 
 
+def test_every_request_type_is_warmed_up_with_a_short_request_of_its_own(model_path):
+    from transformers import AutoTokenizer
+
+    sweep, tokenizer = _sweep(), AutoTokenizer.from_pretrained(str(model_path))
+    kinds = list(sweep.REQUEST_TYPES)
+    bodies = sweep.warm_up_bodies(tokenizer, kinds)
+    assert len(bodies) == len(kinds)
+    for kind, body in zip(kinds, bodies):
+        assert body == sweep.request_body(tokenizer, sweep.WARM_UP_TOKENS, 999, kind, 4, seed=1)
+        assert len(tokenizer(body["text"])["input_ids"]) < 4 * sweep.WARM_UP_TOKENS
+    assert bodies[kinds.index("repetition")]["sampling_params"]["repetition_penalty"] > 1
+
+
 def test_side_by_side_runs_lynx_beside_each_other_mode_of_one_link_rate():
     sweep = _sweep()
     points = [(m, r, 512, "zmq") for m in ("int4", "int8", "lynx") for r in (0.02, 0.08)]
