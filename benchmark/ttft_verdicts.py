@@ -67,9 +67,9 @@ def agreement(rows: list[dict]) -> list[dict]:
         if mode != "lynx" or ("int8", *key) not in index:
             continue
         lynx, int8 = _beside(lynx_rows, index[("int8", *key)])
-        pairs = [(a.get("output_sha"), b.get("output_sha")) for a, b in zip(lynx["runs"], int8["runs"])]
-        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
-        parted = [i for i, (a, b) in enumerate(pairs) if a != b]
+        pairs = {i: (a.get("output_sha"), b.get("output_sha")) for i, (a, b) in enumerate(zip(lynx["runs"], int8["runs"]))}
+        pairs = {i: (a, b) for i, (a, b) in pairs.items() if a is not None and b is not None}
+        parted = [i for i, (a, b) in pairs.items() if a != b]
         rate, tokens, kind, segment, transport = key
         out.append({"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind, "segment_tokens": segment,
                     "transport": transport, "compared": len(pairs), "equal": len(pairs) - len(parted),

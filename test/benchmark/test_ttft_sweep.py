@@ -149,6 +149,10 @@ def test_agreement_counts_the_requests_where_lynx_output_equals_int8s():
     (entry,) = sweep.agreement([lynx | point, int4 | point, int8 | point])
     assert (entry["equal"], entry["compared"], entry["parted_repeats"]) == (2, 3, [1])
     assert sweep.agreement([lynx | point, int4 | point]) == []  # int4 is not expected to agree
+    # A run without an output is left out, and the parting keeps its repeat number.
+    lynx["runs"][0]["output_sha"] = None
+    (entry,) = sweep.agreement([lynx | point, int8 | point])
+    assert (entry["equal"], entry["compared"], entry["parted_repeats"]) == (1, 2, [1])
 
 
 def test_unknown_request_types_are_refused():
