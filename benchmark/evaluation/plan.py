@@ -88,6 +88,8 @@ class ModelPlan:
         speed_tokens: prompt length of the speed rows.
         speed_ratios: BF16 transfer time over prefill time of each link rate.
         speed_repeats, speed_max_tokens, nth: requests per point, tokens, reported token indices.
+        early_start: start the next variant's pair while this one answers its
+            (untimed) task items; two pairs must fit in memory side by side.
     """
 
     model: str
@@ -104,13 +106,14 @@ class ModelPlan:
     speed_repeats: int
     speed_max_tokens: int = 32
     nth: tuple[int, ...] = (1, 8, 32)
+    early_start: bool = False
     notes: tuple[str, ...] = field(default=())
 
 
-_SERVER_ARGS = (*CPU_MODEL_ARGS, "--chunked-prefill-size", str(CHUNK_TOKENS))
-# Qwen2.5-0.5B's fp32 weights leave the machine-wide 0.3 fraction no room;
+# The machine-wide 0.3 fraction would refuse a server while another pair holds
+# memory (an early start), and leaves Qwen2.5-0.5B's fp32 weights no room;
 # --max-total-tokens bounds the pool instead.
-_QWEN_ARGS = (*_SERVER_ARGS, "--mem-fraction-static", "0.8")
+_SERVER_ARGS = (*CPU_MODEL_ARGS, "--chunked-prefill-size", str(CHUNK_TOKENS), "--mem-fraction-static", "0.8")
 # Ratios of BF16 transfer to prefill time: about Llama-3.1-8B at 32k tokens on
 # 10, 25 and 100 Gbit/s (docs/RESULTS.md, from lynx.estimate).
 RATIOS = (2.0, 0.7, 0.2)
@@ -126,7 +129,8 @@ def full_plans() -> dict[str, ModelPlan]:
         geometry=GEOMETRIES["smollm2-135m"],
         server_args=_SERVER_ARGS,
         max_total_tokens=16384,
-        items=_multikey(1024, (0.1, 0.5, 0.9), 1100) + _multikey(2048, (0.1, 0.5, 0.9), 2100),
+        items=_multikey(1024, (0.1, 0.5, 0.9), 1100)
+        + (ItemSpec("needle", 2048, 2100, 0.5), ItemSpec("passkey", 4096, 4100, 0.5)),
         stock_items=2,
         kl_windows=12,
         kl_context=1024,
@@ -134,14 +138,16 @@ def full_plans() -> dict[str, ModelPlan]:
         speed_tokens=1024,
         speed_ratios=RATIOS,
         speed_repeats=2,
+        early_start=True,
     )
     qwen2 = ModelPlan(
         model="qwen2",
         geometry=GEOMETRIES["qwen2.5-coder-0.5b"],
-        server_args=_QWEN_ARGS,
+        server_args=_SERVER_ARGS,
         max_total_tokens=8192,
-        items=tuple(ItemSpec("variable-tracking", 1024, 3100 + i, max_new_tokens=40) for i in range(4))
-        + _multikey(1024, (0.25, 0.75), 3200),
+        items=tuple(ItemSpec("variable-tracking", 1024, 3100 + i, max_new_tokens=40) for i in range(3))
+        + _multikey(1024, (0.25, 0.75), 3200)
+        + (ItemSpec("passkey", 2048, 3300, 0.5),),
         stock_items=2,
         kl_windows=10,
         kl_context=1024,
@@ -172,6 +178,7 @@ def smoke_plans() -> dict[str, ModelPlan]:
             speed_repeats=1,
             speed_max_tokens=8,
             nth=(1, 8),
+            early_start=plan.early_start,
         )
     return plans
 

@@ -72,6 +72,8 @@ def _model_section(model: str, data: dict, figures: dict[str, str]) -> list[str]
         lines += ["", f"![ttft]({figures[f'ttft_{model}']})"]
     lines += ["", "### Estimator against the measured rows", ""]
     lines += _estimator_table(data)
+    lines += ["", "### Where the time went", ""]
+    lines += _timing_table(data)
     return lines + [""]
 
 
@@ -154,6 +156,19 @@ def _estimator_table(data: dict) -> list[str]:
     return [*_table(["variant", "Gbit/s", "xfer/prefill", "estimated TTFT s", "measured TTFT s", "estimate / measured"], rows),
             "", f"Inputs: prefill {data['estimator_prefill_s']:.2f} s (bf16 calibration), codec encode/decode "
             f"MB/s on this model's KV: {codec}; one pipeline unit per 512-token prefill chunk."]  # fmt: skip
+
+
+def _timing_table(data: dict) -> list[str]:
+    rows = []
+    for name, v in data["variants"].items():
+        t = v.get("timings")
+        if t:
+            rows.append([name, "yes" if t["early_start"] else "no", _f(t.get("start_wait_s"), ".0f"),
+                         _f(t.get("speed_s"), ".0f"), _f(t.get("items_s"), ".0f")])  # fmt: skip
+    wait = data.get("scoring_wait_s")
+    return [*_table(["variant", "started early", "waited for its start s", "speed rows s", "task items s"], rows), "",
+            "An early start runs while the previous variant answers its task items (never during speed rows). "
+            f"Left to wait for the held-out scoring at the end: {_f(wait, '.0f')} s."]  # fmt: skip
 
 
 def _cluster_section(cluster: dict, figures: dict[str, str]) -> list[str]:

@@ -5,11 +5,19 @@ alone, then streamed requests at every link rate), then the task items. The
 teacher-forced scoring runs in this process on a background thread while
 deployments start and answer task items, never during a timed phase: both
 take `gate` (a lock) around each unit of work.
+
+Where the plan allows it (`ModelPlan.early_start`), the next variant's pair
+starts while this one answers its task items, which are not timed; it is
+ready, or waited for, before its own speed rows. An early start that fails
+(memory taken by the running pair) is retried the ordinary way once the
+running pair has stopped. Each variant records the seconds its start, speed
+rows and items took, and how long of its start was left to wait for.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -73,18 +81,27 @@ def evaluate_model(plan: ModelPlan, variants: Sequence[Variant], out_dir: Path, 
     scoring.start()
     result = {"model": plan.model, "model_path_name": model_path.name, "variants": {}, "speed": [], "rates_gbps": None}
     rates: list[float] | None = None
-    for variant in variants:
-        record = result["variants"].setdefault(variant.name, {})
-        try:
-            rates = _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rates, gate,
-                                 progress, record, result)  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - one variant's failure is reported, the run goes on
-            record["error"] = f"{type(exc).__name__}: {exc}"
-            record["traceback"] = traceback.format_exc()
-            progress.write(f"[{plan.model} {variant.name}] failed: {record['error'].splitlines()[0]}")
+    pending: list[EarlyStart] = []  # the next variant's pair, started early
+    try:
+        for index, variant in enumerate(variants):
+            record = result["variants"].setdefault(variant.name, {})
+            following = variants[index + 1] if plan.early_start and index + 1 < len(variants) else None
+            early = pending.pop() if pending else None
+            try:
+                rates = _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rates, gate,
+                                     progress, record, result, early, following, pending)  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - one variant's failure is reported, the run goes on
+                record["error"] = f"{type(exc).__name__}: {exc}"
+                record["traceback"] = traceback.format_exc()
+                progress.write(f"[{plan.model} {variant.name}] failed: {record['error'].splitlines()[0]}")
+    finally:
+        for unused in pending:
+            unused.discard()
     result["rates_gbps"] = rates
     try:
+        began = time.monotonic()
         per_window = scoring.result()
+        result["scoring_wait_s"] = time.monotonic() - began
         result["likelihood"] = {"per_window": per_window, "summary": likelihood.summarize(per_window)}
     except Exception as exc:  # noqa: BLE001
         result["likelihood"] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
@@ -107,12 +124,69 @@ def _estimator_check(plan: ModelPlan, result: dict, progress) -> None:
     result["estimator_check"] = estimates.check_rows(plan.geometry, result["speed"], prefill_s, rates)
 
 
-def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rates, gate, progress, record, result):
+class EarlyStart:
+    """A pair started while the previous variant answers its task items.
+
+    Its servers get SIGTERM when the thread that started them ends
+    (`lynx_testing.launch.die_with_parent`), so that thread lives until the
+    pair is stopped (`release`).
+    """
+
+    def __init__(self, make: Callable[[], object], log) -> None:
+        self.make, self._log = make, log
+        self.pd = make()  # ports are chosen now, so the link can exempt them
+        self._error: BaseException | None = None
+        self._ready, self._released = threading.Event(), threading.Event()
+        threading.Thread(target=self._own, daemon=True).start()
+
+    def _own(self) -> None:
+        try:
+            self.pd.start()
+        except BaseException as exc:  # noqa: BLE001 - handed to take()
+            self._error = exc
+            self.pd.stop()
+        finally:
+            self._ready.set()
+        self._released.wait()
+
+    def take(self):
+        """The started pair, or (the early start having failed) one started now, the ordinary way."""
+        self._ready.wait()
+        if self._error is None:
+            return self.pd
+        self._log(f"the early start failed ({type(self._error).__name__}: "
+                  f"{str(self._error).splitlines()[0][:200]}); starting again")  # fmt: skip
+        return start(self.make, log=self._log)
+
+    def release(self) -> None:
+        """Let the owning thread end: call once the pair has stopped."""
+        self._released.set()
+
+    def discard(self) -> None:
+        """Stop a pair that no variant took."""
+        self._ready.wait()
+        if self._error is None:
+            self.pd.stop()
+        self.release()
+
+
+def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rates, gate, progress, record, result,
+                 early, following, pending):  # fmt: skip
     progress.phase(f"{plan.model} {variant.name}: starting the PD pair")
-    log_dir = out_dir / "logs" / f"{plan.model}-{variant.name}"
-    pd = start(lambda: deployment(plan, variant, model_path, log_dir), log=progress.write)
+    timings = record.setdefault("timings", {"early_start": early is not None})
+    began = time.monotonic()
+    if early is not None:
+        try:
+            pd = early.take()
+        except BaseException:
+            early.release()
+            raise
+    else:
+        pd = start(lambda: _deployment(plan, variant, model_path, out_dir), log=progress.write)
+    timings["start_wait_s"] = time.monotonic() - began
     try:
         progress.step()
+        began = time.monotonic()
         with gate:
             progress.phase(f"{plan.model} {variant.name}: speed")
             prefill_s = speed.calibrate(pd, tokenizer, plan.speed_tokens)
@@ -123,20 +197,33 @@ def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rat
                 result["reference_prefill_s"] = prefill_s
             result["speed"] += speed.run_speed(pd, link, plan, variant, tokenizer, rates, prefill_s,
                                                result["reference_prefill_s"], progress.step)  # fmt: skip
+        timings["speed_s"] = time.monotonic() - began
+        began = time.monotonic()
         progress.phase(f"{plan.model} {variant.name}: task items")
+        exempt = http_ports(pd)
+        if following is not None:
+            pending.append(EarlyStart(lambda: _deployment(plan, following, model_path, out_dir), progress.write))
+            exempt += http_ports(pending[0].pd)
         chosen = items[: _item_count(plan, variant)]
         # A slow link in lynx modes, so that items are drafted on the anchor and verified.
         record["accuracy_link_gbps"] = min(rates) if variant.speculates else None
         if variant.speculates:
-            link.set_rate(min(rates), http_ports(pd))
+            link.set_rate(min(rates), exempt)
         try:
             record["items"] = accuracy.run_items(pd.url, chosen, progress.step)
         finally:
             link.set_rate(None)
         record["summary"] = accuracy.summarize(record["items"])
+        timings["items_s"] = time.monotonic() - began
     finally:
         pd.stop()
+        if early is not None:
+            early.release()
     return rates
+
+
+def _deployment(plan, variant, model_path, out_dir):
+    return deployment(plan, variant, model_path, out_dir / "logs" / f"{plan.model}-{variant.name}")
 
 
 COMPARISONS = (

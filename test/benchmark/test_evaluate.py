@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
 if str(BENCHMARK) not in sys.path:
     sys.path.insert(0, str(BENCHMARK))
 
-from evaluation import accuracy, claims, likelihood, speed  # noqa: E402
+from evaluation import accuracy, claims, likelihood, runner, speed  # noqa: E402
 from evaluation.link import ShapedLoopback  # noqa: E402
 from evaluation.plan import PROFILES, VARIANTS  # noqa: E402
 
@@ -93,6 +94,51 @@ def test_claims_read_ttft_ratios_per_link_rate():
     assert cachegen["status"] == "not comparable"
 
 
+class _FakePair:
+    """Stands in for a PDDeployment: records which thread started it and whether it was stopped."""
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.started_by, self.stopped = fail, None, False
+
+    def start(self):
+        self.started_by = threading.current_thread()
+        if self.fail:
+            raise RuntimeError("no memory for the KV cache")
+        return self
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_early_start_hands_over_the_started_pair_and_its_thread_outlives_it():
+    made = []
+    early = runner.EarlyStart(lambda: made.append(_FakePair()) or made[-1], log=lambda _: None)
+    pd = early.take()
+    assert pd is made[0] and pd.started_by is not threading.current_thread()
+    assert pd.started_by.is_alive()  # its servers die with that thread
+    early.release()
+    pd.started_by.join(timeout=5)
+    assert not pd.started_by.is_alive() and not pd.stopped
+
+
+def test_a_failed_early_start_is_stopped_and_started_again_the_ordinary_way():
+    made, logged = [], []
+    early = runner.EarlyStart(lambda: made.append(_FakePair(fail=not made)) or made[-1], log=logged.append)
+    pd = early.take()
+    assert made[0].stopped and pd is made[1] and pd.started_by is threading.current_thread()
+    assert "early start failed" in logged[0] and "no memory" in logged[0]
+    early.release()
+
+
+def test_an_early_pair_no_variant_took_is_stopped():
+    pair = _FakePair()
+    early = runner.EarlyStart(lambda: pair, log=lambda _: None)
+    early.discard()
+    assert pair.stopped
+    pair.started_by.join(timeout=5)
+    assert not pair.started_by.is_alive()
+
+
 @pytest.mark.server
 @pytest.mark.extended
 def test_smallest_configuration_writes_a_full_report(tmp_path):
@@ -106,6 +152,8 @@ def test_smallest_configuration_writes_a_full_report(tmp_path):
     data = json.loads((out / "results.json").read_text())
     model = data["models"]["smollm2"]
     assert not [v["error"] for v in model["variants"].values() if "error" in v]
+    # The second and third pairs started while the one before answered its task items.
+    assert [v["timings"]["early_start"] for v in model["variants"].values()] == [False, True, True]
     (lynx_vs_int8,) = [c for c in model["comparisons"] if (c["reference"], c["candidate"]) == ("int8", "lynx")]
     assert lynx_vs_int8["counts"]["mismatch"] == 0 and sum(lynx_vs_int8["counts"].values()) == 1
     assert {r["variant"] for r in model["speed"]} == {"int8", "lynx", "stock"}
@@ -114,6 +162,6 @@ def test_smallest_configuration_writes_a_full_report(tmp_path):
     assert len(model["estimator_check"]) == 3 and data["cluster"]["table"][0]["kind"] == "estimate"
     report = (out / "report.md").read_text()
     for heading in ("Claims side by side", "Accuracy on long-context tasks", "log-likelihood", "Speed",
-                    "Estimator against the measured rows", "Cluster scale"):  # fmt: skip
+                    "Estimator against the measured rows", "Where the time went", "Cluster scale"):  # fmt: skip
         assert heading in report
     assert all((out / name).stat().st_size > 0 for name in ("ttft_smollm2.png", "likelihood.png", "estimate.png"))
