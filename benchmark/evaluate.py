@@ -7,10 +7,10 @@ one real prefill/decode pair is started on this CPU, and:
 * speed: the prefill is timed alone, then streamed requests run at three
   emulated link rates (interleaved), giving the time to the 1st, 8th and
   32nd token, the anchor and residual arrivals, acceptance and rollbacks;
-* accuracy: long-context task items (multi-key needles, variable tracking)
-  through the router, scored with `string_match_all`, with each output
-  token's top-2 log-probabilities so that `lynx` can be compared with
-  `int8` item for item;
+* accuracy: long-context task items (needles, passkeys, multi-key needles,
+  variable tracking) through the router, scored with `string_match_all`,
+  with each output token's top-2 log-probabilities so that `lynx` can be
+  compared with `int8` item for item;
 * in the same process, teacher-forced log-likelihood and KL divergence of
   held-out Shakespeare text under each wire format's context KV;
 * then the codec's rates on the model's KV, and the cluster-scale estimator

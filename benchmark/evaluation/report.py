@@ -163,7 +163,7 @@ def _timing_table(data: dict) -> list[str]:
     for name, v in data["variants"].items():
         t = v.get("timings")
         if t:
-            rows.append([name, "yes" if t["early_start"] else "no", _f(t.get("start_wait_s"), ".0f"),
+            rows.append([name, "yes" if t.get("early_start") else "no", _f(t.get("start_wait_s"), ".0f"),
                          _f(t.get("speed_s"), ".0f"), _f(t.get("items_s"), ".0f")])  # fmt: skip
     wait = data.get("scoring_wait_s")
     return [*_table(["variant", "started early", "waited for its start s", "speed rows s", "task items s"], rows), "",

@@ -173,7 +173,7 @@ class EarlyStart:
 def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rates, gate, progress, record, result,
                  early, following, pending):  # fmt: skip
     progress.phase(f"{plan.model} {variant.name}: starting the PD pair")
-    timings = record.setdefault("timings", {"early_start": early is not None})
+    timings = record.setdefault("timings", {})
     began = time.monotonic()
     if early is not None:
         try:
@@ -184,6 +184,7 @@ def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rat
     else:
         pd = start(lambda: _deployment(plan, variant, model_path, out_dir), log=progress.write)
     timings["start_wait_s"] = time.monotonic() - began
+    timings["early_start"] = early is not None and pd is early.pd
     try:
         progress.step()
         began = time.monotonic()
