@@ -51,6 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="full: the documented run (<45 min here); smoke: the smallest end-to-end run")  # fmt: skip
     parser.add_argument("--models", default="smollm2,qwen2", help="comma-separated: smollm2, qwen2")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}")
+    parser.add_argument("--from-json", metavar="RESULTS_JSON",
+                        help="measure nothing: rebuild the estimator check, report and plots from a run's results.json")  # fmt: skip
     args = parser.parse_args(argv)
     plans = PROFILES[args.profile]()
     for name in _names(args.models):
@@ -94,6 +96,8 @@ class Progress:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.from_json:
+        return rebuild(Path(args.from_json), Path(args.out))
     if not inside_namespace(os.environ):
         try:
             command = isolated([sys.executable, str(Path(__file__).resolve()), *argv])
@@ -133,6 +137,12 @@ def main(argv=None) -> int:
     results["cluster"]["ratios"] = estimates.cluster_ratios(results["cluster"]["table"])
     results["wall_s"] = time.time() - started
     results["machine"]["load_at_end"] = os.getloadavg()
+    return write(results, out)
+
+
+def write(results: dict, out: Path) -> int:
+    """`results.json`, the plots and `report.md` in `out`; a summary on stdout."""
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     figures = plots.render(results, out)
     text = report.render(results, figures)
@@ -140,6 +150,22 @@ def main(argv=None) -> int:
     print(report.console_summary(results))
     print(f"\nreport: {out / 'report.md'}  JSON: {out / 'results.json'}  wall {results['wall_s'] / 60:.1f} min")
     return 0
+
+
+def rebuild(source: Path, out: Path) -> int:
+    """A run's report again from its measurements, with this checkout's estimator (nothing is measured)."""
+    try:
+        results = json.loads(source.read_text())
+        plans = PROFILES[results["profile"]]()
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"error: {source} is not an evaluation's results.json: {exc}", file=sys.stderr)
+        return 2
+    for name, data in results["models"].items():
+        if data.get("speed") and "codec_rates" in data:
+            data["estimator_check"] = estimates.check_rows(plans[name].geometry, data["speed"],
+                                                           data["estimator_prefill_s"], data["codec_rates"])  # fmt: skip
+    results["rebuilt"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return write(results, out)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 CPU check: for every measured speed row the estimator gets the model's KV
 geometry, the prompt length, the link rate, the prefill throughput measured
 in the same run (`bf16` calibration), the codec's encode and decode rates
-measured here on the model's own KV shape, and one pipeline unit per prefill
-chunk; its overlapped TTFT is set beside the measured one.
+measured here on the model's own KV shape, and one pipeline unit per layer
+of each prefill chunk (Lynx streams layer by layer on the CPU platform; the
+stock backend, one unit per chunk); its overlapped TTFT is set beside the
+measured one.
 
 Cluster scale (an estimate, nothing measured): Llama-3.1-8B and 70B, 8k-128k
 tokens, 10-400 Gbit/s, compute-bound prefill at an assumed effective rate,
@@ -79,6 +81,18 @@ def _mode(variant: str) -> tuple[str, str]:
     return v.mode, v.preset
 
 
+def cpu_pipeline_units(geometry: KVGeometry, tokens: int, stock: bool) -> int:
+    """Pipeline units of a measured row: per prefill chunk, and for Lynx per layer of each chunk.
+
+    On the CPU platform Lynx streams a segment layer by layer while the forward
+    that completes it runs (docs/SERVING.md), so its link starts one layer's
+    compute after the prefill; SGLang's stock Mooncake backend sends a chunk's
+    KV after the chunk.
+    """
+    chunks = chunk_units(tokens, CHUNK_TOKENS)
+    return chunks if stock else chunks * geometry.num_layers
+
+
 def check_rows(geometry: KVGeometry, rows: Sequence[dict], prefill_s: float, rates: dict[str, dict]) -> list[dict]:
     """Per measured row: the estimator's overlapped TTFT (and all-streams time) beside the measured ones."""
     out = []
@@ -89,7 +103,7 @@ def check_rows(geometry: KVGeometry, rows: Sequence[dict], prefill_s: float, rat
         scenario = Scenario(
             tokens, row["link_gbps"], tokens / prefill_s,
             codec.get("encode_gbps", float("inf")), codec.get("decode_gbps", float("inf")),
-            pipeline_units=chunk_units(tokens, CHUNK_TOKENS),
+            pipeline_units=cpu_pipeline_units(geometry, tokens, stock=VARIANTS[row["variant"]].stock),
         )  # fmt: skip
         est = estimate(geometry, scenario, mode, preset)
         entry = {

@@ -48,8 +48,11 @@ def _ttft(model: str, data: dict):
             y = [r.get(key) for r in rows]
             if any(v is not None for v in y):
                 ax.plot(x, y, marker="o", color=COLORS[variant], label=variant)
+    rates = sorted({r["link_gbps"] for r in data["speed"]})
     for ax, title in zip(axes, ("time to first token", "time to 32nd token")):
         ax.set_xscale("log")
+        ax.set_xticks(rates, [f"{r:.3g}" for r in rates], minor=False)
+        ax.set_xticks([], minor=True)  # the measured rates only: log-axis minor labels overlap
         ax.set_xlabel("emulated link, Gbit/s")
         ax.set_ylabel("seconds")
         ax.set_title(f"{model}: {title}", fontsize=9)

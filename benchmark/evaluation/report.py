@@ -32,6 +32,8 @@ def render(results: dict, figures: dict[str, str]) -> str:
         f"{results['wall_s'] / 60:.1f} min; {results['machine']['cpus']} CPUs, {results['machine']['platform']}; "
         f"load average at start {_load(results['machine']['load_at_start'])}, at end "
         f"{_load(results['machine']['load_at_end'])}. Variants: {', '.join(results['variants'])}.",
+        *([f"Report rebuilt {results['rebuilt']} from the run's measurements (`--from-json`), "
+           "with that checkout's estimator."] if "rebuilt" in results else []),
         "",
         "Link: `tc` shaping of the loopback device in a private network namespace (HTTP ports exempt); "
         "rates are chosen per model so that the BF16 KV's transfer takes 2.0, 0.7 and 0.2 times the "
@@ -155,7 +157,8 @@ def _estimator_table(data: dict) -> list[str]:
                       for n, r in data["codec_rates"].items())  # fmt: skip
     return [*_table(["variant", "Gbit/s", "xfer/prefill", "estimated TTFT s", "measured TTFT s", "estimate / measured"], rows),
             "", f"Inputs: prefill {data['estimator_prefill_s']:.2f} s (bf16 calibration), codec encode/decode "
-            f"MB/s on this model's KV: {codec}; one pipeline unit per 512-token prefill chunk."]  # fmt: skip
+            f"MB/s on this model's KV: {codec}; pipeline units: each layer of each 512-token prefill chunk (Lynx "
+            "streams layer by layer on this platform), each chunk for `stock`."]  # fmt: skip
 
 
 def _timing_table(data: dict) -> list[str]:

@@ -14,9 +14,12 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
 if str(BENCHMARK) not in sys.path:
     sys.path.insert(0, str(BENCHMARK))
 
-from evaluation import accuracy, claims, likelihood, runner, speed  # noqa: E402
+from evaluation import accuracy, claims, estimates, likelihood, runner, speed  # noqa: E402
 from evaluation.link import ShapedLoopback  # noqa: E402
 from evaluation.plan import PROFILES, VARIANTS  # noqa: E402
+from lynx.estimate import GEOMETRIES  # noqa: E402
+
+import evaluate  # noqa: E402
 
 
 class _Recorder:
@@ -92,6 +95,26 @@ def test_claims_read_ttft_ratios_per_link_rate():
     vs_int4, _, vs_int8, cachegen = claims.claims(results)
     assert "1 of 1 rows" in vs_int4["status"] and "1.27x" in vs_int8["status"]
     assert cachegen["status"] == "not comparable"
+
+
+def test_lynx_rows_pipeline_per_layer_of_each_chunk_and_stock_rows_per_chunk():
+    geometry = GEOMETRIES["smollm2-135m"]
+    assert estimates.cpu_pipeline_units(geometry, 1072, stock=False) == 2 * geometry.num_layers
+    assert estimates.cpu_pipeline_units(geometry, 1072, stock=True) == 2
+    row = {"variant": "bf16", "model": "m", "prompt_tokens": 1072, "link_gbps": 0.02, "t1_s": 9.0,
+           "bf16_transfer_to_prefill": 2.0}  # fmt: skip
+    # BF16 transfer twice the prefill: streamed per layer, the TTFT is about the transfer, not their sum.
+    transfer_s = geometry.raw_bytes(1072) * 8 / 0.02e9
+    (check,) = estimates.check_rows(geometry, [row], transfer_s / 2, {})
+    assert transfer_s < check["estimated_ttft_s"] < 1.1 * transfer_s
+
+
+def test_rebuilding_from_something_that_is_not_a_run_is_refused(tmp_path, capsys):
+    bad = tmp_path / "results.json"
+    bad.write_text("{}")
+    assert evaluate.main(["--from-json", str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert "not an evaluation's results.json" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 class _FakePair:
