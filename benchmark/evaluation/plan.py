@@ -1,6 +1,6 @@
 """What the evaluation runs: the served variants, and per model the tasks, held-out text and speed points.
 
-Two profiles: ``full`` (the documented run, sized to finish in under 45
+Two profiles: ``full`` (the documented run, aimed at under 45
 minutes on a 2-core CPU) and ``smoke`` (the smallest end-to-end run, for the
 test suite). Every number a run uses comes from here, so a report names its
 plan.
