@@ -203,8 +203,9 @@ def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rat
         progress.phase(f"{plan.model} {variant.name}: task items")
         exempt = http_ports(pd)
         if following is not None:
-            pending.append(EarlyStart(lambda: _deployment(plan, following, model_path, out_dir), progress.write))
-            exempt += http_ports(pending[0].pd)
+            following_pair = EarlyStart(lambda: _deployment(plan, following, model_path, out_dir), progress.write)
+            pending.append(following_pair)
+            exempt += http_ports(following_pair.pd)
         chosen = items[: _item_count(plan, variant)]
         # A slow link in lynx modes, so that items are drafted on the anchor and verified.
         record["accuracy_link_gbps"] = min(rates) if variant.speculates else None
