@@ -12,8 +12,10 @@ dequantized values are written into the request's slots inside the table's
 write fence (`RoomTable.writing`: whoever releases the room waits for the
 write, and a failed or closing room is never written), then the room is
 reported done and SGLang starts decoding. In one-stream modes that is the
-whole KV. In ``lynx`` mode the residual keeps streaming in; once it has landed
-the scheduler thread takes it (`take_landed`) between forward passes.
+whole KV. In ``lynx`` mode the residual keeps streaming in: a segment whose
+residual lands before the request decodes is upgraded by the data thread
+(nothing reads its slots yet); after that the scheduler thread applies each
+landed segment between forward passes (`apply_residual`, `take_landed`).
 
 Under tensor parallelism a decode rank holds a share of the KV heads
 (`PoolView.shard`). When the prefill server runs more ranks than the decode
@@ -211,15 +213,9 @@ class DecodeSide:
         assembly = entry.assembly
         if assembly is None or entry.state not in (RoomState.ANCHORED, RoomState.LANDED):
             return False
-        pool = self.pool
-        k_buffers, v_buffers = pool.head_buffers(*entry.extra["heads"])
-        for k, shape in enumerate(entry.extra["segments"]):
-            if k in assembly.residuals_applied or not assembly.segment_ready(k):
-                continue
-            streams = [as_tensor(assembly.buffer(k, s)) for s in range(assembly.num_streams)]
-            index = pool.slot_index(_segment_slots(entry, shape))
-            self.wire.upgrade(streams, shape, k_buffers, v_buffers, index)
-            assembly.residuals_applied.add(k)
+        for k in range(assembly.num_segments):
+            if k not in assembly.residuals_applied and assembly.segment_ready(k):
+                self._upgrade(entry, assembly, k)
         if len(assembly.residuals_applied) < assembly.num_segments:
             return False
         return self._rooms.take_landed(entry.room) is not None
@@ -355,25 +351,46 @@ class DecodeSide:
             request = entry.extra[REQUEST]
             if self._write(entry, assembly, None):
                 self._requests.if_anchored(request, self._host.succeed)
+            return
+        if self.wire.num_streams == 1:
+            return
+        # Until the request decodes no forward pass reads its slots: a segment whose residual
+        # landed while the prefill still computes is upgraded here, not after the first token.
+        for k in sorted(assembly.anchors_written - assembly.residuals_applied):
+            if assembly.segment_ready(k) and not self._write(entry, assembly, k, upgrade=True):
+                return
 
-    def _write(self, entry: Room, assembly: SegmentedAssembly, segment: int | None) -> bool:
-        """Inside the room's write fence: one segment's anchor into the part's heads, or (None) the
-        metadata (part 0's; every part's completes its anchor). False if the room may not be
-        written any more."""
+    def _write(self, entry: Room, assembly: SegmentedAssembly, segment: int | None, upgrade: bool = False) -> bool:
+        """Inside the room's write fence: one segment's anchor into the part's heads (or, `upgrade`,
+        its full reconstruction over the anchor), or (None) the metadata (part 0's; every part's
+        completes its anchor). False if the room may not be written any more."""
         pool = self.pool
         with self._rooms.writing(entry.room, final=segment is None) as allowed:
-            if allowed and segment is not None:
-                shape = entry.extra["segments"][segment]
-                index = pool.slot_index(_segment_slots(entry, shape))
-                anchor = as_tensor(assembly.buffer(segment, 0))
-                k_buffers, v_buffers = pool.head_buffers(*entry.extra["heads"])
-                self.wire.write([anchor], shape, k_buffers, v_buffers, index)
+            if allowed and upgrade:
+                self._upgrade(entry, assembly, segment)
+            elif allowed and segment is not None:
+                self.wire.write([as_tensor(assembly.buffer(segment, 0))], *self._target(entry, segment))
                 assembly.anchors_written.add(segment)
             elif allowed and entry.extra[PART] == 0:
                 pool.write_aux(entry.aux_index, assembly.aux_buffer())
             if allowed:
                 pool.synchronize()
         return allowed
+
+    def _upgrade(self, entry: Room, assembly: SegmentedAssembly, segment: int) -> None:
+        """Rewrite one segment's anchor-only slots with the reconstruction from every stream. The
+        caller owns the slots: the data thread inside the write fence before the request decodes,
+        the scheduler thread between forward passes after."""
+        streams = [as_tensor(assembly.buffer(segment, s)) for s in range(assembly.num_streams)]
+        self.wire.upgrade(streams, *self._target(entry, segment))
+        assembly.residuals_applied.add(segment)
+
+    def _target(self, entry: Room, segment: int) -> tuple:
+        """Where one segment goes: its shape, the part's K and V buffers, its slots' index."""
+        pool = self.pool
+        shape = entry.extra["segments"][segment]
+        k_buffers, v_buffers = pool.head_buffers(*entry.extra["heads"])
+        return shape, k_buffers, v_buffers, pool.slot_index(_segment_slots(entry, shape))
 
 
 def message_room(msg: list[bytes]) -> int | None:

@@ -91,6 +91,20 @@ def pair():
     made.close()
 
 
+def _split(slots: list[torch.Tensor], upgraded: torch.Tensor) -> bool:
+    """Whether `slots` hold the full reconstruction where `upgraded`, the anchor-only one elsewhere."""
+    return all(
+        torch.equal(now[upgraded], full[upgraded]) and torch.equal(now[~upgraded], anchor[~upgraded])
+        for now, anchor, full in zip(slots, whole_transfer(1), whole_transfer(2))
+    )
+
+
+def _tokens(first: int, count: int) -> torch.Tensor:
+    mask = torch.zeros(TOKENS, dtype=torch.bool)
+    mask[first : first + count] = True
+    return mask
+
+
 def test_each_segment_is_written_as_soon_as_its_anchor_lands_and_decoding_waits_for_the_last(pair):
     before = pair.target.snapshot(DST)
     pair.chunk(0, 100, last=False)  # completes segment 0 (tokens 0..67): its anchor travels now
@@ -102,10 +116,23 @@ def test_each_segment_is_written_as_soon_as_its_anchor_lands_and_decoding_waits_
     pair.chunk(100, TOKENS, last=True)
     pair.deliver()
     assert pair.decode_host.succeeded == [ROOM] and pair.prefill_host.succeeded == [ROOM]
-    assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(1)))
+    # Segment 0's residual landed while the prefill computed: upgraded before decoding began.
+    assert _split(pair.target.snapshot(DST), _tokens(0, 68))
     assert pair.decode.room_state(ROOM) is RoomState.LANDED
     assert pair.decode.apply_residual(ROOM)
     assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(2)))
+
+
+def test_a_residual_that_lands_before_its_anchor_is_whole_is_applied_right_after_the_anchor_write(pair):
+    pair.chunk(0, 100, last=False)
+    sent, pair.prefill.transport.sent[:] = list(pair.prefill.transport.sent), []
+    anchor = [m for m in sent if _stream_and_segment(m) == (0, 0)]
+    for parts in [m for m in sent if m not in anchor[-1:]] + anchor[-1:]:  # the anchor's last frame last
+        pair.decode._on_message(parts)
+    segment0 = _tokens(0, 68)
+    for now, full in zip(pair.target.snapshot(DST), whole_transfer(2)):
+        assert torch.equal(now[segment0], full[segment0]), "upgraded as soon as its anchor was written"
+    assert pair.decode.room_state(ROOM) is RoomState.RECEIVING
 
 
 def test_residual_segments_are_applied_one_by_one_as_they_land(pair):
@@ -117,11 +144,7 @@ def test_residual_segments_are_applied_one_by_one_as_they_land(pair):
             pair.decode._on_message(parts)
     assert pair.decode.room_state(ROOM) is RoomState.ANCHORED
     assert not pair.decode.apply_residual(ROOM)
-    first, count = pair.config.wire.segments(TOKENS, 64)[1]
-    upgraded = torch.zeros(TOKENS, dtype=torch.bool)
-    upgraded[first : first + count] = True
-    for now, anchor, full in zip(pair.target.snapshot(DST), whole_transfer(1), whole_transfer(2)):
-        assert torch.equal(now[upgraded], full[upgraded]) and torch.equal(now[~upgraded], anchor[~upgraded])
+    assert _split(pair.target.snapshot(DST), _tokens(*pair.config.wire.segments(TOKENS, 64)[1]))
     for parts in held:
         pair.decode._on_message(parts)
     assert pair.decode.apply_residual(ROOM)
