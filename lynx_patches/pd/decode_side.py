@@ -213,9 +213,8 @@ class DecodeSide:
         assembly = entry.assembly
         if assembly is None or entry.state not in (RoomState.ANCHORED, RoomState.LANDED):
             return False
-        for k in range(assembly.num_segments):
-            if k not in assembly.residuals_applied and assembly.segment_ready(k):
-                self._upgrade(entry, assembly, k)
+        for k in assembly.upgradable():  # every anchor is written once the room is anchored
+            self._upgrade(entry, assembly, k)
         if len(assembly.residuals_applied) < assembly.num_segments:
             return False
         return self._rooms.take_landed(entry.room) is not None
@@ -356,8 +355,8 @@ class DecodeSide:
             return
         # Until the request decodes no forward pass reads its slots: a segment whose residual
         # landed while the prefill still computes is upgraded here, not after the first token.
-        for k in sorted(assembly.anchors_written - assembly.residuals_applied):
-            if assembly.segment_ready(k) and not self._write(entry, assembly, k, upgrade=True):
+        for k in assembly.upgradable():
+            if not self._write(entry, assembly, k, upgrade=True):
                 return
 
     def _write(self, entry: Room, assembly: SegmentedAssembly, segment: int | None, upgrade: bool = False) -> bool:

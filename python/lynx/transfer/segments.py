@@ -59,6 +59,11 @@ class SegmentedAssembly:
         """Whether every stream of `segment` has arrived."""
         return self.parts[segment].ready(range(self.num_streams))
 
+    def upgradable(self) -> list[int]:
+        """Segments whose anchor is written and whose every stream has landed, but whose
+        residual is not applied yet, in order."""
+        return [k for k in sorted(self.anchors_written - self.residuals_applied) if self.segment_ready(k)]
+
     @property
     def aux_ready(self) -> bool:
         return self.aux.is_complete(AUX_STREAM)
