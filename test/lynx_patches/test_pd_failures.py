@@ -124,8 +124,12 @@ def test_a_transfer_longer_than_the_timeout_succeeds_while_it_keeps_moving(refer
 
 
 def test_a_stalled_link_fails_the_request_after_the_timeout_and_both_keep_serving(slow_pd, reference):
-    """The prefill's scheduler (which sends the KV) freezes mid-transfer; its HTTP and
-    bootstrap servers stay up, so only the no-progress timeout can notice."""
+    """The prefill's scheduler (which computes and sends the KV) freezes mid-transfer; its
+    HTTP and bootstrap servers stay up, so only the no-progress timeout can notice.
+
+    It freezes as soon as the decode side reports the room receiving, i.e. once the first
+    layers have crossed, not after the prefill answers: with the KV streamed layer by layer
+    most of it has crossed by then, and what is left may already sit in socket buffers."""
     (scheduler,) = slow_pd.prefill.scheduler_pids()
     resumed = threading.Event()
     seen = {}
@@ -137,9 +141,12 @@ def test_a_stalled_link_fails_the_request_after_the_timeout_and_both_keep_servin
         os.kill(scheduler, signal.SIGCONT)
         resumed.set()
 
+    stall = threading.Thread(target=stall_during_transfer, daemon=True)
+    stall.start()
     try:
-        _, decode = slow_pd.generate_direct(reference["body"], _room(), after_prefill=stall_during_transfer)
+        _, decode = slow_pd.generate_direct(reference["body"], _room())
     finally:
+        stall.join(timeout=TIMEOUT_S + 120)
         os.kill(scheduler, signal.SIGCONT)
     assert _receiving(seen["before_stall"]), f"the transfer was never seen receiving: {seen['before_stall']}"
     assert resumed.is_set()
