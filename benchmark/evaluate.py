@@ -127,10 +127,15 @@ def main(argv=None) -> int:
         "models": {},
     }
     progress = Progress(sum(runner.units(p, variants) for p in models))
+    pending: list[runner.EarlyStart] = []  # an early start handed from one model to the next
     try:
-        for plan in models:
-            results["models"][plan.model] = runner.evaluate_model(plan, variants, out, link, progress)
+        for index, plan in enumerate(models):
+            next_plan = models[index + 1] if index + 1 < len(models) else None
+            results["models"][plan.model] = runner.evaluate_model(plan, variants, out, link, progress, pending,
+                                                                  next_plan)  # fmt: skip
     finally:
+        while pending:
+            pending.pop().discard()
         progress.close()
         link.set_rate(None)
     results["cluster"] = {"table": estimates.cluster_table(), "assumptions": estimates.CLUSTER_MODELS}

@@ -88,8 +88,11 @@ class ModelPlan:
         speed_tokens: prompt length of the speed rows.
         speed_ratios: BF16 transfer time over prefill time of each link rate.
         speed_repeats, speed_max_tokens, nth: requests per point, tokens, reported token indices.
-        early_start: start the next variant's pair while this one answers its
-            (untimed) task items; two pairs must fit in memory side by side.
+        early_start: what of the next variant's pair starts while this one
+            answers its (untimed) task items: ``pair`` (two pairs must fit in
+            memory side by side), ``prefill`` (its prefill server only; the
+            decode server and router start once this pair has stopped) or
+            ``""`` (nothing).
     """
 
     model: str
@@ -106,7 +109,7 @@ class ModelPlan:
     speed_repeats: int
     speed_max_tokens: int = 32
     nth: tuple[int, ...] = (1, 8, 32)
-    early_start: bool = False
+    early_start: str = ""
     notes: tuple[str, ...] = field(default=())
 
 
@@ -138,7 +141,7 @@ def full_plans() -> dict[str, ModelPlan]:
         speed_tokens=1024,
         speed_ratios=RATIOS,
         speed_repeats=2,
-        early_start=True,
+        early_start="pair",
     )
     qwen2 = ModelPlan(
         model="qwen2",
@@ -155,6 +158,8 @@ def full_plans() -> dict[str, ModelPlan]:
         speed_tokens=512,
         speed_ratios=RATIOS,
         speed_repeats=2,
+        # Two Qwen2 pairs do not fit in 24 GiB (one holds ~11.8 GB), a pair and a server do.
+        early_start="prefill",
     )
     return {"smollm2": smollm2, "qwen2": qwen2}
 

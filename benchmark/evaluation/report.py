@@ -161,16 +161,24 @@ def _estimator_table(data: dict) -> list[str]:
             "streams layer by layer on this platform), each chunk for `stock`."]  # fmt: skip
 
 
+def _early(part) -> str:
+    """What started early: ``pair``, ``prefill`` or nothing (older runs recorded True for a pair)."""
+    if part is True:
+        return "pair"
+    return {"pair": "pair", "prefill": "prefill server"}.get(part or "", "no")
+
+
 def _timing_table(data: dict) -> list[str]:
     rows = []
     for name, v in data["variants"].items():
         t = v.get("timings")
         if t:
-            rows.append([name, "yes" if t.get("early_start") else "no", _f(t.get("start_wait_s"), ".0f"),
+            rows.append([name, _early(t.get("early_start")), _f(t.get("start_wait_s"), ".0f"),
                          _f(t.get("speed_s"), ".0f"), _f(t.get("items_s"), ".0f")])  # fmt: skip
     wait = data.get("scoring_wait_s")
     return [*_table(["variant", "started early", "waited for its start s", "speed rows s", "task items s"], rows), "",
-            "An early start runs while the previous variant answers its task items (never during speed rows). "
+            "An early start (of the pair, or of its prefill server only where two pairs do not fit in memory) "
+            "runs while the previous variant answers its task items (never during speed rows). "
             f"Left to wait for the held-out scoring at the end: {_f(wait, '.0f')} s."]  # fmt: skip
 
 

@@ -6,16 +6,18 @@ teacher-forced scoring runs in this process on a background thread while
 deployments start and answer task items, never during a timed phase: both
 take `gate` (a lock) around each unit of work.
 
-Where the plan allows it (`ModelPlan.early_start`), the next variant's pair
-starts while this one answers its task items, which are not timed; it is
-ready, or waited for, before its own speed rows. An early start that fails
-(memory taken by the running pair) is retried the ordinary way once the
-running pair has stopped. Each variant records the seconds its start, speed
-rows and items took, and how long of its start was left to wait for.
+Where the plan allows it (`ModelPlan.early_start`), the next variant's pair,
+or only its prefill server where two pairs do not fit in memory, starts while
+this one answers its task items, which are not timed; it is ready, or waited
+for, before its own speed rows. An early start that fails (memory taken by the
+running pair) is retried the ordinary way once the running pair has stopped.
+Each variant records the seconds its start, speed rows and items took, and
+how long of its start was left to wait for.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import traceback
@@ -63,8 +65,14 @@ def _item_count(plan: ModelPlan, variant: Variant) -> int:
 
 
 def evaluate_model(plan: ModelPlan, variants: Sequence[Variant], out_dir: Path, link: ShapedLoopback,
-                   progress) -> dict:  # fmt: skip
-    """Run `plan` for every variant; returns every number (see `report.py` for the layout)."""
+                   progress, pending: list[EarlyStart] | None = None, next_plan: ModelPlan | None = None) -> dict:  # fmt: skip
+    """Run `plan` for every variant; returns every number (see `report.py` for the layout).
+
+    `pending` carries an early start from one model to the next: this model's first
+    variant takes what it holds, and where `next_plan` follows (with early starts of its
+    own) its first variant's prefill server starts while this model's last variant
+    answers its task items. The caller discards what is left in it.
+    """
     from transformers import AutoTokenizer
 
     model_path = prepare(plan.model, log=progress.write)
@@ -81,22 +89,26 @@ def evaluate_model(plan: ModelPlan, variants: Sequence[Variant], out_dir: Path, 
     scoring.start()
     result = {"model": plan.model, "model_path_name": model_path.name, "variants": {}, "speed": [], "rates_gbps": None}
     rates: list[float] | None = None
-    pending: list[EarlyStart] = []  # the next variant's pair, started early
+    own = pending is None
+    pending = [] if own else pending  # the next variant's pair, started early
     try:
         for index, variant in enumerate(variants):
             record = result["variants"].setdefault(variant.name, {})
-            following = variants[index + 1] if plan.early_start and index + 1 < len(variants) else None
             early = pending.pop() if pending else None
+            # Evaluated once this variant's pair serves, so that nothing can fail between take and stop.
+            choose_following = functools.partial(_following, plan, variants, index, model_path, out_dir, next_plan,
+                                          progress.write)  # fmt: skip
             try:
-                rates = _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rates, gate,
-                                     progress, record, result, early, following, pending)  # fmt: skip
+                make = _maker(plan, variant, model_path, out_dir)
+                rates = _run_variant(plan, variant, make, link, tokenizer, items, rates, gate, progress, record,
+                                     result, early, choose_following, pending)  # fmt: skip
             except Exception as exc:  # noqa: BLE001 - one variant's failure is reported, the run goes on
                 record["error"] = f"{type(exc).__name__}: {exc}"
                 record["traceback"] = traceback.format_exc()
                 progress.write(f"[{plan.model} {variant.name}] failed: {record['error'].splitlines()[0]}")
     finally:
-        for unused in pending:
-            unused.discard()
+        while own and pending:
+            pending.pop().discard()
     result["rates_gbps"] = rates
     try:
         began = time.monotonic()
@@ -125,15 +137,18 @@ def _estimator_check(plan: ModelPlan, result: dict, progress) -> None:
 
 
 class EarlyStart:
-    """A pair started while the previous variant answers its task items.
+    """A pair (`part` ``pair``), or its prefill server (``prefill``), started while the
+    previous variant answers its task items; `take` starts whatever is left.
 
     Its servers get SIGTERM when the thread that started them ends
     (`lynx_testing.launch.die_with_parent`), so that thread lives until the
     pair is stopped (`release`).
     """
 
-    def __init__(self, make: Callable[[], object], log) -> None:
-        self.make, self._log = make, log
+    def __init__(self, make: Callable[[], object], log, part: str = "pair") -> None:
+        if part not in ("pair", "prefill"):
+            raise ValueError(f"an early start is of a 'pair' or a 'prefill' server, not {part!r}")
+        self.make, self._log, self.part = make, log, part
         self.pd = make()  # ports are chosen now, so the link can exempt them
         self._error: BaseException | None = None
         self._ready, self._released = threading.Event(), threading.Event()
@@ -141,7 +156,10 @@ class EarlyStart:
 
     def _own(self) -> None:
         try:
-            self.pd.start()
+            if self.part == "pair":
+                self.pd.start()
+            else:
+                self.pd.start_prefill()
         except BaseException as exc:  # noqa: BLE001 - handed to take()
             self._error = exc
             self.pd.stop()
@@ -150,8 +168,15 @@ class EarlyStart:
         self._released.wait()
 
     def take(self):
-        """The started pair, or (the early start having failed) one started now, the ordinary way."""
+        """The started pair (its decode server and router started now where only its prefill
+        server started early), or (the early start having failed) one started now, the ordinary way."""
         self._ready.wait()
+        if self._error is None and self.part == "prefill":
+            try:
+                self.pd.start()
+            except Exception as exc:  # noqa: BLE001 - memory, most likely: start again below
+                self._error = exc
+                self.pd.stop()
         if self._error is None:
             return self.pd
         self._log(f"the early start failed ({type(self._error).__name__}: "
@@ -170,8 +195,23 @@ class EarlyStart:
         self.release()
 
 
-def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rates, gate, progress, record, result,
-                 early, following, pending):  # fmt: skip
+def _following(plan, variants, index, model_path, out_dir, next_plan, log):
+    """What to start early while variant `index` answers its items: ``(make, part)`` or None.
+
+    The next variant of this model, as the plan allows; after the last one, the next
+    model's first variant, its prefill server only (two models' pairs are not sized to
+    fit side by side)."""
+    if index + 1 < len(variants):
+        if not plan.early_start:
+            return None
+        return _maker(plan, variants[index + 1], model_path, out_dir), plan.early_start
+    if next_plan is None or not next_plan.early_start:
+        return None
+    return _maker(next_plan, variants[0], prepare(next_plan.model, log=log), out_dir), "prefill"
+
+
+def _run_variant(plan, variant, make, link, tokenizer, items, rates, gate, progress, record, result, early,
+                 choose_following, pending):  # fmt: skip
     progress.phase(f"{plan.model} {variant.name}: starting the PD pair")
     timings = record.setdefault("timings", {})
     began = time.monotonic()
@@ -182,9 +222,9 @@ def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rat
             early.release()
             raise
     else:
-        pd = start(lambda: _deployment(plan, variant, model_path, out_dir), log=progress.write)
+        pd = start(make, log=progress.write)
     timings["start_wait_s"] = time.monotonic() - began
-    timings["early_start"] = early is not None and pd is early.pd
+    timings["early_start"] = early.part if early is not None and pd is early.pd else ""
     try:
         progress.step()
         began = time.monotonic()
@@ -202,8 +242,10 @@ def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rat
         began = time.monotonic()
         progress.phase(f"{plan.model} {variant.name}: task items")
         exempt = http_ports(pd)
+        following = choose_following()
         if following is not None:
-            following_pair = EarlyStart(lambda: _deployment(plan, following, model_path, out_dir), progress.write)
+            make_following, part = following
+            following_pair = EarlyStart(make_following, progress.write, part)
             pending.append(following_pair)
             exempt += http_ports(following_pair.pd)
         chosen = items[: _item_count(plan, variant)]
@@ -224,8 +266,9 @@ def _run_variant(plan, variant, model_path, out_dir, link, tokenizer, items, rat
     return rates
 
 
-def _deployment(plan, variant, model_path, out_dir):
-    return deployment(plan, variant, model_path, out_dir / "logs" / f"{plan.model}-{variant.name}")
+def _maker(plan, variant, model_path, out_dir) -> Callable[[], object]:
+    """Makes the (not yet started) pair of `variant` of `plan.model`, logging under `out_dir`."""
+    return lambda: deployment(plan, variant, model_path, out_dir / "logs" / f"{plan.model}-{variant.name}")
 
 
 COMPARISONS = (

@@ -102,10 +102,21 @@ class PDDeployment:
         self._use_router_port(free_port())
         self.router: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 600.0) -> PDDeployment:
-        """Start all three and wait until a request through the router is answered."""
-        deadline = time.monotonic() + timeout
+    def start_prefill(self, timeout: float = 600.0) -> PDDeployment:
+        """Start the prefill server alone and wait until it is ready; `start` then starts the rest.
+
+        A prefill server waits for its peers, so it may come up while another pair still
+        holds the memory a decode server needs."""
         self.prefill.start()
+        self.prefill.wait_ready(timeout=timeout)
+        return self
+
+    def start(self, timeout: float = 600.0) -> PDDeployment:
+        """Start all three (the prefill server unless `start_prefill` did) and wait until a
+        request through the router is answered."""
+        deadline = time.monotonic() + timeout
+        if self.prefill.process is None:
+            self.prefill.start()
         self.decode.start()
         self.prefill.wait_ready(timeout=deadline - time.monotonic())
         self.decode.wait_ready(timeout=deadline - time.monotonic())

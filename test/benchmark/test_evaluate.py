@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -118,15 +119,25 @@ def test_rebuilding_from_something_that_is_not_a_run_is_refused(tmp_path, capsys
 
 
 class _FakePair:
-    """Stands in for a PDDeployment: records which thread started it and whether it was stopped."""
+    """Stands in for a PDDeployment: records which threads started its prefill server and the
+    rest, and whether it was stopped."""
 
-    def __init__(self, fail: bool = False):
-        self.fail, self.started_by, self.stopped = fail, None, False
+    def __init__(self, fail: bool = False, fail_rest: bool = False):
+        self.fail, self.fail_rest, self.stopped = fail, fail_rest, False
+        self.started_by = self.prefill_started_by = None
 
-    def start(self):
-        self.started_by = threading.current_thread()
+    def start_prefill(self):
+        self.prefill_started_by = threading.current_thread()
         if self.fail:
             raise RuntimeError("no memory for the KV cache")
+        return self
+
+    def start(self):
+        if self.prefill_started_by is None:
+            self.start_prefill()
+        self.started_by = threading.current_thread()
+        if self.fail_rest:
+            raise RuntimeError("decode: no memory for the KV cache")
         return self
 
     def stop(self):
@@ -153,6 +164,33 @@ def test_a_failed_early_start_is_stopped_and_started_again_the_ordinary_way():
     early.release()
 
 
+def test_an_early_prefill_server_is_handed_over_and_the_rest_starts_on_the_taking_thread():
+    made = []
+    early = runner.EarlyStart(lambda: made.append(_FakePair()) or made[-1], log=lambda _: None, part="prefill")
+    pd = early.take()
+    assert pd is made[0] and not pd.stopped
+    assert pd.prefill_started_by is not threading.current_thread() and pd.prefill_started_by.is_alive()
+    assert pd.started_by is threading.current_thread()  # decode server and router, once the pair before stopped
+    early.release()
+    pd.prefill_started_by.join(timeout=5)
+    assert not pd.prefill_started_by.is_alive()
+
+
+def test_when_the_rest_of_an_early_prefill_fails_to_start_the_pair_starts_again_the_ordinary_way():
+    made, logged = [], []
+    early = runner.EarlyStart(lambda: made.append(_FakePair(fail_rest=not made)) or made[-1], log=logged.append,
+                              part="prefill")  # fmt: skip
+    pd = early.take()
+    assert made[0].stopped and pd is made[1] and pd.prefill_started_by is threading.current_thread()
+    assert "early start failed" in logged[0] and "decode: no memory" in logged[0]
+    early.release()
+
+
+def test_an_early_start_of_something_else_is_refused():
+    with pytest.raises(ValueError, match="'pair' or a 'prefill'"):
+        runner.EarlyStart(_FakePair, log=lambda _: None, part="decode")
+
+
 def test_an_early_pair_no_variant_took_is_stopped():
     pair = _FakePair()
     early = runner.EarlyStart(lambda: pair, log=lambda _: None)
@@ -176,7 +214,7 @@ def test_smallest_configuration_writes_a_full_report(tmp_path):
     model = data["models"]["smollm2"]
     assert not [v["error"] for v in model["variants"].values() if "error" in v]
     # The second and third pairs started while the one before answered its task items.
-    assert [v["timings"]["early_start"] for v in model["variants"].values()] == [False, True, True]
+    assert [v["timings"]["early_start"] for v in model["variants"].values()] == ["", "pair", "pair"]
     (lynx_vs_int8,) = [c for c in model["comparisons"] if (c["reference"], c["candidate"]) == ("int8", "lynx")]
     assert lynx_vs_int8["counts"]["mismatch"] == 0 and sum(lynx_vs_int8["counts"].values()) == 1
     assert {r["variant"] for r in model["speed"]} == {"int8", "lynx", "stock"}
@@ -188,3 +226,28 @@ def test_smallest_configuration_writes_a_full_report(tmp_path):
                     "Estimator against the measured rows", "Where the time went", "Cluster scale"):  # fmt: skip
         assert heading in report
     assert all((out / name).stat().st_size > 0 for name in ("ttft_smollm2.png", "likelihood.png", "estimate.png"))
+
+
+def test_the_next_variant_starts_early_as_its_plan_allows_and_the_next_models_first_prefill_after_the_last(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(runner, "prepare", lambda name, log=None: tmp_path / name)
+    plans = PROFILES["full"]()
+    smollm2, qwen2 = plans["smollm2"], plans["qwen2"]
+    variants = [VARIANTS["int8"], VARIANTS["lynx"]]
+
+    def following(plan, index, next_plan):
+        chosen = runner._following(plan, variants, index, tmp_path / plan.model, tmp_path, next_plan, print)
+        if chosen is None:
+            return None
+        make, part = chosen
+        pd = make()  # made, not started
+        return pd.prefill.log_path.parent.name, part
+
+    assert following(smollm2, 0, qwen2) == ("smollm2-lynx", "pair")
+    assert following(qwen2, 0, None) == ("qwen2-lynx", "prefill")
+    assert following(smollm2, 1, qwen2) == ("qwen2-int8", "prefill")  # the last variant hands over
+    assert following(qwen2, 1, None) is None
+    no_early = dataclasses.replace(smollm2, early_start="")
+    assert following(no_early, 0, qwen2) is None
+    assert following(smollm2, 1, no_early) is None
