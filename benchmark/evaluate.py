@@ -48,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="results/eval", help="report folder (created)")
     parser.add_argument("--profile", choices=sorted(PROFILES), default="full",
-                        help="full: the documented run (47.6 min here, aimed at 45); smoke: the smallest end-to-end run")  # fmt: skip
+                        help="full: the documented run (40.1 min here, aimed at 45); smoke: the smallest end-to-end run")  # fmt: skip
     parser.add_argument("--models", default="smollm2,qwen2", help="comma-separated: smollm2, qwen2")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}")
     parser.add_argument("--from-json", metavar="RESULTS_JSON",
