@@ -65,13 +65,14 @@ def _item_count(plan: ModelPlan, variant: Variant) -> int:
 
 
 def evaluate_model(plan: ModelPlan, variants: Sequence[Variant], out_dir: Path, link: ShapedLoopback,
-                   progress, pending: list[EarlyStart] | None = None, next_plan: ModelPlan | None = None) -> dict:  # fmt: skip
+                   progress, pending: list[EarlyStart], next_plan: ModelPlan | None = None) -> dict:  # fmt: skip
     """Run `plan` for every variant; returns every number (see `report.py` for the layout).
 
-    `pending` carries an early start from one model to the next: this model's first
-    variant takes what it holds, and where `next_plan` follows (with early starts of its
-    own) its first variant's prefill server starts while this model's last variant
-    answers its task items. The caller discards what is left in it.
+    `pending` holds the next variant's early start, from one variant to the next and from
+    one model to the next: this model's first variant takes what it holds, and where
+    `next_plan` follows (with early starts of its own) its first variant's prefill server
+    starts while this model's last variant answers its task items. The caller discards
+    what is left in it.
     """
     from transformers import AutoTokenizer
 
@@ -89,26 +90,20 @@ def evaluate_model(plan: ModelPlan, variants: Sequence[Variant], out_dir: Path, 
     scoring.start()
     result = {"model": plan.model, "model_path_name": model_path.name, "variants": {}, "speed": [], "rates_gbps": None}
     rates: list[float] | None = None
-    own = pending is None
-    pending = [] if own else pending  # the next variant's pair, started early
-    try:
-        for index, variant in enumerate(variants):
-            record = result["variants"].setdefault(variant.name, {})
-            early = pending.pop() if pending else None
-            # Evaluated once this variant's pair serves, so that nothing can fail between take and stop.
-            choose_following = functools.partial(_following, plan, variants, index, model_path, out_dir, next_plan,
-                                          progress.write)  # fmt: skip
-            try:
-                make = _maker(plan, variant, model_path, out_dir)
-                rates = _run_variant(plan, variant, make, link, tokenizer, items, rates, gate, progress, record,
-                                     result, early, choose_following, pending)  # fmt: skip
-            except Exception as exc:  # noqa: BLE001 - one variant's failure is reported, the run goes on
-                record["error"] = f"{type(exc).__name__}: {exc}"
-                record["traceback"] = traceback.format_exc()
-                progress.write(f"[{plan.model} {variant.name}] failed: {record['error'].splitlines()[0]}")
-    finally:
-        while own and pending:
-            pending.pop().discard()
+    for index, variant in enumerate(variants):
+        record = result["variants"].setdefault(variant.name, {})
+        early = pending.pop() if pending else None
+        # Evaluated once this variant's pair serves, so that nothing can fail between take and stop.
+        choose_following = functools.partial(_following, plan, variants, index, model_path, out_dir, next_plan,
+                                             progress.write)  # fmt: skip
+        try:
+            make = _maker(plan, variant, model_path, out_dir)
+            rates = _run_variant(plan, variant, make, link, tokenizer, items, rates, gate, progress, record,
+                                 result, early, choose_following, pending)  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - one variant's failure is reported, the run goes on
+            record["error"] = f"{type(exc).__name__}: {exc}"
+            record["traceback"] = traceback.format_exc()
+            progress.write(f"[{plan.model} {variant.name}] failed: {record['error'].splitlines()[0]}")
     result["rates_gbps"] = rates
     try:
         began = time.monotonic()
