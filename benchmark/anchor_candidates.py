@@ -65,6 +65,13 @@ def candidates() -> list[Candidate]:
                     _simulated(_outlier_channels(count), _grid(4)), True, _outlier_bytes(count)) for count in (4, 8)),
         Candidate("top-4 key channels 8-bit, sinks 4", "anchor", CodecSpec((4,)),
                   _simulated(_outlier_channels(4), _grid(4), sinks=4), True, _outlier_bytes(4, sinks=4)),
+        *(Candidate(f"sinks 4, last {count} tokens raw", "anchor", CodecSpec((4,)),
+                    _simulated(_grid(4), _grid(4), sinks=4, recent=count), True, _recent_bytes(count))
+          for count in (16, 64)),
+        Candidate("4-bit keys, BF16 values", "anchor", CodecSpec((4,)),
+                  _simulated(_grid(4), _exact, sinks=4), True, _raw_instead(values=True)),
+        Candidate("BF16 keys, 4-bit values", "anchor", CodecSpec((4,)),
+                  _simulated(_exact, _grid(4), sinks=4), True, _raw_instead(values=False)),
         *(Candidate(f"log grid, dense {where} mu={mu}", "anchor", plain,
                     _simulated(_log_grid(mu, where), _log_grid(mu, where)), True)
           for where, mu in (("centre", 3), ("centre", 8), ("ends", 3))),
@@ -92,10 +99,12 @@ def _bit_plane_anchor(key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Ten
     return _simulated(anchor, anchor)(key, value)
 
 
-def _simulated(key_quantizer: Quantizer, value_quantizer: Quantizer, sinks: int = 0, raw: bool = True) -> Decoder:
+def _simulated(key_quantizer: Quantizer, value_quantizer: Quantizer, sinks: int = 0, raw: bool = True,
+               recent: int = 0) -> Decoder:
     """Decoder quantizing key blocks / value groups with the given functions ``(x, lo, hi) -> x'``.
 
-    ``sinks`` leading tokens are kept exact (``raw``) or form their own key group (not ``raw``).
+    ``sinks`` leading tokens are kept exact (``raw``) or form their own key group (not ``raw``);
+    the last ``recent`` tokens are kept exact (their key block still quantized with them).
     """
     def run(key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k, v = key.float(), value.float()
@@ -110,6 +119,8 @@ def _simulated(key_quantizer: Quantizer, value_quantizer: Quantizer, sinks: int 
         out_v = out_v.reshape(tokens, heads, dim)
         if raw and sinks:
             out_k[:sinks], out_v[:sinks] = k[:sinks], v[:sinks]
+        if recent:
+            out_k[-recent:], out_v[-recent:] = k[-recent:], v[-recent:]
         return out_k.to(key.dtype), out_v.to(value.dtype)
     return run
 
@@ -131,6 +142,11 @@ def _grid(bits: int) -> Quantizer:
         mn, step = _params(lo, hi, levels)
         return mn + step * torch.floor(_position(x, mn, step) + 0.5).clamp(0, levels)
     return quantize
+
+
+def _exact(x: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """No quantization: the BF16 input (diagnostic designs splitting the anchor's error into K and V)."""
+    return x
 
 
 def _signed() -> Quantizer:
@@ -185,6 +201,22 @@ def _own_group_bytes(sinks: int) -> Callable[[int, int, int], int]:
     def extra(tokens: int, heads: int, dim: int) -> int:
         groups = 1 + -(-(tokens - sinks) // GROUP) - -(-tokens // GROUP)
         return groups * heads * dim * 4
+    return extra
+
+
+def _recent_bytes(count: int) -> Callable[[int, int, int], int]:
+    """The last ``count`` tokens raw (BF16, K and V) in place of their 4-bit codes and value parameters."""
+    def extra(tokens: int, heads: int, dim: int) -> int:
+        return count * heads * (3 * dim - dim // GROUP * 4)
+    return extra
+
+
+def _raw_instead(values: bool, sinks: int = 4) -> Callable[[int, int, int], int]:
+    """Values (or keys) raw (BF16) instead of 4-bit codes and their FP16 minima and steps."""
+    def extra(tokens: int, heads: int, dim: int) -> int:
+        quantized = tokens - sinks
+        params = quantized * heads * (dim // GROUP) * 4 if values else -(-quantized // GROUP) * heads * dim * 4
+        return quantized * heads * dim * 3 // 2 - params
     return extra
 
 

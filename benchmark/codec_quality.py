@@ -20,7 +20,10 @@ residual design of ``anchor_candidates.py``, this reports:
   they reproduce the model's attention output before ``o_proj``;
 * top-1 agreement over the ``C`` teacher-forced continuation tokens, fed in
   one forward pass on a cache holding the decoded KV, against the same pass on
-  the BF16 KV: the fraction of positions whose argmax agrees.
+  the BF16 KV: the fraction of positions whose argmax agrees, and at each
+  position where it does not, how near a tie the BF16 pass was there (its
+  top-1 minus top-2 log-probability, nats): ``parted`` counts those
+  positions, ``parted_near_tie`` those under ``NEAR_TIE_NATS``.
 
 The model runs in float32 (its weights are bf16 values; bf16 matmuls are much
 slower on CPUs without bf16 units); only the cache is rounded to bf16. The
@@ -47,6 +50,7 @@ from lynx.codec import CodecSpec, decode, encode
 
 DEFAULT_JSON = Path(__file__).resolve().parents[1] / "results" / "codec_quality.json"
 QUERY_CHECK_TOLERANCE = 1e-4
+NEAR_TIE_NATS = 0.1
 
 
 def specs() -> list[tuple[str, CodecSpec]]:
@@ -140,8 +144,8 @@ def relative_error(estimate: torch.Tensor, reference: torch.Tensor) -> torch.Ten
     return (estimate - reference).norm(dim=(1, 2)) / reference.norm(dim=(1, 2))
 
 
-def continuation_argmax(model, kv: list, continuation: torch.Tensor) -> torch.Tensor:
-    """Argmax ``[C]`` of one forward over ``continuation`` ``[1, C]`` on a cache holding ``kv``."""
+def continuation_logprobs(model, kv: list, continuation: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities ``[C, vocab]`` of one forward over ``continuation`` ``[1, C]`` on a cache holding ``kv``."""
     from transformers import DynamicCache
 
     data = [(k.float().transpose(0, 1)[None].contiguous(), v.float().transpose(0, 1)[None].contiguous())
@@ -149,7 +153,7 @@ def continuation_argmax(model, kv: list, continuation: torch.Tensor) -> torch.Te
     cache = DynamicCache(ddp_cache_data=data, config=model.config)
     with torch.no_grad():
         logits = model(continuation, past_key_values=cache, use_cache=True).logits[0]
-    return logits.argmax(dim=-1)
+    return logits.float().log_softmax(dim=-1)
 
 
 def variant_rows(num_layers: int, kv_heads: int, head_dim: int, tokens: int, designs: list) -> list[dict]:
@@ -176,7 +180,7 @@ def _row(name: str, spec: CodecSpec, stages: int, streams: list[float]) -> dict:
             "sink_tokens": spec.sink_tokens, "key_group_tokens": spec.key_group_tokens,
             "value_group_channels": spec.value_group_channels, "scale_dtype": spec.scale_dtype,
             "stages": stages, "num_stages": spec.num_stages, "stream_bytes_per_token": streams,
-            "bytes_per_token": sum(streams[:stages]), "layer_errors": [], "equal": []}
+            "bytes_per_token": sum(streams[:stages]), "layer_errors": [], "equal": [], "parted_gaps": []}
 
 
 def encode_layers(kv: list, spec: CodecSpec, expected: list[float], name: str) -> tuple[list, list[float]]:
@@ -192,8 +196,10 @@ def encode_layers(kv: list, spec: CodecSpec, expected: list[float], name: str) -
 
 
 def evaluate_prompt(model, ids: torch.Tensor, args: argparse.Namespace, rows: list[dict], label: str,
-                    designs: dict) -> float:
-    """Add one prompt's errors and agreements to ``rows``; return the query check's max error."""
+                    designs: dict, near_ties: list[int]) -> float:
+    """Add one prompt's errors and agreements to ``rows`` and its count of near-tie positions
+    (BF16 KV) to ``near_ties``; return the query check's max error.
+    """
     prefix, continuation = ids[:, : -args.continuation], ids[:, -args.continuation :]
     kv32, queries, outputs = prefill(model, prefix, args.queries)
     scaling = model.model.layers[0].self_attn.scaling
@@ -203,7 +209,9 @@ def evaluate_prompt(model, ids: torch.Tensor, args: argparse.Namespace, rows: li
         raise SystemExit(f"error: recomputed queries miss the model's attention output (rel err {check:.2e})")
     kv = [(k.to(torch.bfloat16), v.to(torch.bfloat16)) for k, v in kv32]
     reference_out = [attention(q, k, v, scaling) for q, (k, v) in zip(queries, kv)]
-    reference_top = continuation_argmax(model, kv, continuation)
+    best = continuation_logprobs(model, kv, continuation).topk(2, dim=-1)
+    reference_top, reference_gap = best.indices[:, 0], best.values[:, 0] - best.values[:, 1]
+    near_ties.append(int((reference_gap < NEAR_TIE_NATS).sum()))
     encoded, spec_by_name = {}, dict(specs())
     for row in rows:
         if row["spec"] in designs:
@@ -222,8 +230,9 @@ def evaluate_prompt(model, ids: torch.Tensor, args: argparse.Namespace, rows: li
             raise SystemExit("error: bf16-exact with every stream did not rebuild the BF16 KV bit for bit")
         row["layer_errors"].append([float(relative_error(attention(q, k, v, scaling), o).mean())
                                     for q, (k, v), o in zip(queries, decoded, reference_out)])
-        top = continuation_argmax(model, decoded, continuation)
-        row["equal"].append((top == reference_top).tolist())
+        equal = continuation_logprobs(model, decoded, continuation).argmax(dim=-1) == reference_top
+        row["equal"].append(equal.tolist())
+        row["parted_gaps"] += reference_gap[~equal].tolist()
         agreement = sum(row["equal"][-1]) / args.continuation
         print(f"[{label}] {row['spec']} {row['stages']}/{row['num_stages']}: agreement {agreement:.4f}",
               file=sys.stderr, flush=True)
@@ -238,7 +247,9 @@ def summarize(rows: list[dict], bf16_bytes: float) -> None:
         equal = [flag for prompt in row["equal"] for flag in prompt]
         row.update({"of_bf16": row["bytes_per_token"] / bf16_bytes, "attn_err_per_layer": per_layer,
                     "attn_err_mean": sum(per_layer) / len(per_layer), "attn_err_max": max(per_layer),
-                    "agreement": sum(equal) / len(equal),
+                    "agreement": sum(equal) / len(equal), "parted": len(row["parted_gaps"]),
+                    "parted_near_tie": sum(gap < NEAR_TIE_NATS for gap in row["parted_gaps"]),
+                    "parted_gaps": sorted(row["parted_gaps"]),
                     "agreement_per_prompt": [sum(prompt) / len(prompt) for prompt in row["equal"]]})
         del row["layer_errors"], row["equal"]
 
@@ -247,14 +258,16 @@ def print_table(rows: list[dict], config: dict) -> None:
     print(f"\nSmolLM2-135M-Instruct, {config['num_prompts']} essay prompts x {config['prompt_tokens']} tokens "
           f"(prefix {config['prefix_tokens']}, {config['continuation']} teacher-forced), attention error over the "
           f"last {config['queries']} prefix queries; bytes/token are K+V over {config['num_layers']} layers "
-          f"(BF16: {config['bf16_bytes_per_token']:g}); {config['threads']} thread(s)")
+          f"(BF16: {config['bf16_bytes_per_token']:g}); {config['threads']} thread(s); "
+          f"{config['near_tie_positions']} of {config['num_prompts'] * config['continuation']} positions are "
+          f"near ties on BF16 KV (top-2 within {NEAR_TIE_NATS} nats)")
     print(f"{'spec':<34} {'streams':>7} {'stream B/token':<26} {'used B/token':>12} {'of BF16':>8} "
-          f"{'attn err mean':>13} {'attn err max':>12} {'top-1 agree':>11}")
+          f"{'attn err mean':>13} {'attn err max':>12} {'top-1 agree':>11} {'parted (near tie)':>17}")
     for row in rows:
         streams = "+".join(f"{b:.1f}" for b in row["stream_bytes_per_token"])
         print(f"{row['spec']:<34} {row['stages']:>3}/{row['num_stages']:<3} {streams:<26} "
               f"{row['bytes_per_token']:>12.1f} {row['of_bf16']:>8.4f} {row['attn_err_mean']:>13.3e} "
-              f"{row['attn_err_max']:>12.3e} {row['agreement']:>11.4f}")
+              f"{row['attn_err_max']:>12.3e} {row['agreement']:>11.4f} {row['parted']:>9} ({row['parted_near_tie']})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     prefix_tokens = args.prompt_tokens - args.continuation
     rows = variant_rows(cfg.num_hidden_layers, cfg.num_key_value_heads, cfg.head_dim, prefix_tokens,
                         list(designs.values()))
-    checks = [evaluate_prompt(model, ids, args, rows, f"prompt {number + 1}/{len(prompts)}", designs)
+    near_ties: list[int] = []
+    checks = [evaluate_prompt(model, ids, args, rows, f"prompt {number + 1}/{len(prompts)}", designs, near_ties)
               for number, (_, ids) in enumerate(prompts)]
     bf16_bytes = 2 * cfg.num_key_value_heads * cfg.head_dim * 2 * cfg.num_hidden_layers
     summarize(rows, bf16_bytes)
@@ -294,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         "query_heads": cfg.num_attention_heads, "head_dim": cfg.head_dim, "num_prompts": args.num_prompts,
         "prompt_essay_indices": [index for index, _ in prompts], "prompt_tokens": args.prompt_tokens,
         "prefix_tokens": prefix_tokens, "continuation": args.continuation, "candidates": args.candidates,
-        "queries": args.queries, "bf16_bytes_per_token": bf16_bytes, "query_check_max_rel_err": max(checks),
+        "queries": args.queries, "near_tie_nats": NEAR_TIE_NATS, "near_tie_positions": sum(near_ties),
+        "bf16_bytes_per_token": bf16_bytes, "query_check_max_rel_err": max(checks),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "python": platform.python_version(),
     }
     print_table(rows, config)

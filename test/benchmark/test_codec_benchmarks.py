@@ -59,6 +59,10 @@ def test_quality_tiny_run_checks_bytes_and_bf16_exactness(tmp_path, model_path):
     for row in rows.values():
         assert row["measured_stream_bytes_per_token"] == row["stream_bytes_per_token"]
         assert 0 <= row["agreement"] <= 1 and row["attn_err_mean"] >= 0
+        assert row["parted"] == round((1 - row["agreement"]) * 32) == len(row["parted_gaps"])
+        assert row["parted_near_tie"] == sum(gap < report["config"]["near_tie_nats"] for gap in row["parted_gaps"])
+        assert all(gap >= 0 for gap in row["parted_gaps"])
+    assert 0 <= report["config"]["near_tie_positions"] <= 32
     exact = rows[("bf16-exact", 2)]
     assert exact["agreement"] == 1.0 and exact["attn_err_max"] == 0.0
     for split in (("int8", 1), ("int16", 1), ("bf16-exact", 1)):
