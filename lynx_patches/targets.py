@@ -162,8 +162,10 @@ USED = (
         "rid origin_input_ids output_ids sampling_params bootstrap_room kv logprob return_logprob grammar "
         "to_finish finished_reason finished send_token_offset skip_radix_cache_insert customized_info "
         "inflight_middle_chunks custom_logit_processor return_hidden_states return_sampling_mask "
-        "require_reasoning lora_id beam_group prefix_len extend_end disagg_decode_prefix_len disagg_kv_sender",
+        "require_reasoning lora_id beam_group prefix_len extend_end disagg_decode_prefix_len disagg_kv_sender "
+        "full_untruncated_fill_ids",
     ),
+    f"{_BATCH}.Req._compute_max_prefix_len(input_len)",
     *_instance(f"{_BATCH}.ReqKvInfo", "req_pool_idx kv_allocated_len kv_committed_len"),
     *_instance(f"{_BATCH}.ReqLogprob", " ".join(("top_logprobs_num token_ids_logprob", *LOGPROB_LISTS))),
     (

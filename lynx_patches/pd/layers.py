@@ -65,15 +65,21 @@ class ForwardLayers:
             return None if self._written <= beyond else self._written
 
 
-def computed_chunks(batch, req_to_token) -> list[tuple[int, int, np.ndarray]]:
+def computed_chunks(batch, req_to_token, page_size: int) -> list[tuple[int, int, np.ndarray]]:
     """``(room, first transfer token, slots)`` of the chunk each Lynx request of an extend batch
     computes: its tokens ``[prefix_len, extend_end)`` past what the decode server already holds
-    (`disagg_decode_prefix_len`), as transfer positions, and their pool slots."""
+    (`disagg_decode_prefix_len`), as transfer positions, and their pool slots. A chunk whose slots
+    the radix cache may swap after the forward (`may_be_deduplicated`) is left out: its segments
+    are sent from the slots the chunk ends up in, once the forward is done."""
     from lynx_patches.pd.conn import LynxKVSender
 
-    chunks = []
+    chunks, earlier = [], []
     for req in batch.reqs:
-        if not isinstance(req.disagg_kv_sender, LynxKVSender) or req.kv.req_pool_idx is None:
+        tokens = np.asarray(req.full_untruncated_fill_ids, dtype=np.int64)[: req.extend_end]
+        cap = req._compute_max_prefix_len(len(req.full_untruncated_fill_ids))
+        duplicate = may_be_deduplicated(tokens, req.prefix_len, cap, earlier, page_size)
+        earlier.append(tokens)
+        if duplicate or not isinstance(req.disagg_kv_sender, LynxKVSender) or req.kv.req_pool_idx is None:
             continue
         skipped = req.disagg_decode_prefix_len
         start = max(req.prefix_len, skipped)
@@ -84,13 +90,41 @@ def computed_chunks(batch, req_to_token) -> list[tuple[int, int, np.ndarray]]:
     return chunks
 
 
+def may_be_deduplicated(
+    tokens: np.ndarray, prefix_len: int, cap: int, earlier: list[np.ndarray], page_size: int
+) -> bool:
+    """Whether the prefill's radix cache may hand a request other slots for tokens of the chunk it
+    computes (`tokens[prefix_len:]`) when the chunk is inserted after the forward: where the tree
+    already holds them, SGLang frees the chunk's own slots and points the request at the tree's.
+
+    That happens when the prefix match stopped at its cap (`cap`: one token short of the prompt,
+    or `logprob_start_len`) and not at the end of what the tree holds, e.g. a prompt sent again
+    with prompt logprobs from its start, or a one-token prompt sent again; and when a request
+    before it in the same batch (inserted first) computes the same tokens past `prefix_len`, e.g.
+    the same new prompt twice in one batch. Conservative: it may say yes where the tree holds
+    nothing."""
+    if cap // page_size * page_size <= prefix_len:
+        return True
+    reach = prefix_len + page_size  # the insert dedups whole pages only
+    for other in earlier:
+        n = min(len(other), len(tokens))
+        if n < reach:
+            continue
+        parted = np.flatnonzero(other[:n] != tokens[:n])
+        if (parted[0] if len(parted) else n) >= reach:
+            return True
+    return False
+
+
 def run_batch(original, scheduler, batch, *args, **kwargs):
     """AROUND `Scheduler.run_batch`: on a Lynx prefill server, the segments this forward completes
     are encoded and sent layer by layer while it runs."""
     manager = manager_of(scheduler)
     if manager is None or manager.is_decode or batch is None or not batch.forward_mode.is_extend():
         return original(scheduler, batch, *args, **kwargs)
-    layers = manager.side.begin_forward(computed_chunks(batch, scheduler.req_to_token_pool.req_to_token))
+    layers = manager.side.begin_forward(
+        computed_chunks(batch, scheduler.req_to_token_pool.req_to_token, scheduler.page_size)
+    )
     if layers is None:
         return original(scheduler, batch, *args, **kwargs)
     token = LAYERS_WRITTEN.set(layers.written)

@@ -26,6 +26,7 @@ NAMES = (
     "greedy", "logprobs", "token-ids-logprobs", "sampled-seed-logprobs", "frequency-presence-penalty",
     "repetition-penalty", "logit-bias", "min-new-tokens", "stop-string", "stop-regex", "json-schema", "regex",
     "ebnf", "n-2", "prompt-logprobs-no-output", "batch-list", "select-batch", "chat-n-2",
+    "prompt-logprobs-from-start", "same-prompt-batch",
 )  # fmt: skip
 
 
@@ -44,6 +45,8 @@ def request_types(tokenizer) -> list[RequestType]:
         long_question(tokenizer, PROMPT_TOKENS, index=12)
         + " Then describe a person from the essay as JSON with a name and an age.",
     )
+
+    fresh = chat_prompt(tokenizer, long_question(tokenizer, PROMPT_TOKENS, index=13))
 
     def body(text=long, **params):
         return {"text": text, "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0, **params}}
@@ -76,6 +79,13 @@ def request_types(tokenizer) -> list[RequestType]:
             "return_logprob": True, "return_text_in_logprobs": True, "logprob_start_len": 500}, how="direct"),  # fmt: skip
         RequestType("chat-n-2", {"messages": [{"role": "user", "content": "Name a fruit."}], "n": 2,
                                  "temperature": 0.7, "max_tokens": 8, "seed": 3}, how="chat"),  # fmt: skip
+        # The prompt of the first types again, with prompt logprobs from its first token: the prefill's
+        # radix cache holds it, but the match stops at token 0 and the whole prompt is computed anew.
+        RequestType("prompt-logprobs-from-start",
+                    {**body(), "return_logprob": True, "logprob_start_len": 0}),  # fmt: skip
+        # A new prompt twice in one batch: the prefill computes both; the second's tokens are cached
+        # by the first when it is inserted.
+        RequestType("same-prompt-batch", {**body(), "text": [fresh, fresh]}, how="direct"),
     ]
     assert tuple(t.name for t in types) == NAMES
     return types

@@ -158,11 +158,53 @@ def test_the_chunk_each_lynx_request_computes_is_read_past_the_decode_servers_pr
     def req(room, row, prefix, end, skipped, lynx=True):
         sender = object.__new__(LynxKVSender) if lynx else object()
         kv = SimpleNamespace(req_pool_idx=row)
+        tokens = list(range(room * 1000, room * 1000 + end))  # no two requests share a token
         return SimpleNamespace(disagg_kv_sender=sender, kv=kv, bootstrap_room=room, prefix_len=prefix,
-                               extend_end=end, disagg_decode_prefix_len=skipped)  # fmt: skip
+                               extend_end=end, disagg_decode_prefix_len=skipped, full_untruncated_fill_ids=tokens,
+                               _compute_max_prefix_len=lambda n: n - 1)  # fmt: skip
 
     batch = SimpleNamespace(reqs=[req(1, 2, 0, 10, 0), req(2, 3, 40, 60, 50), req(3, 1, 0, 5, 0, lynx=False),
                                   req(4, 0, 0, 30, 30)])  # fmt: skip
-    (room1, first1, slots1), (room2, first2, slots2) = computed_chunks(batch, req_to_token)
+    (room1, first1, slots1), (room2, first2, slots2) = computed_chunks(batch, req_to_token, 1)
     assert (room1, first1) == (1, 0) and slots1.tolist() == list(range(200, 210))
     assert (room2, first2) == (2, 0) and slots2.tolist() == list(range(350, 360))
+
+
+def test_a_chunk_the_radix_cache_may_swap_to_cached_slots_does_not_stream():
+    """SGLang's insert after the forward points a request at the tree's slots for tokens the tree
+    already holds and frees its own: the match stopped at its cap (the prompt's last token, or
+    prompt logprobs from the start) where the tree may hold more, or an earlier request of the
+    batch (inserted first) computes the same tokens past the request's prefix."""
+    from lynx_patches.pd.layers import may_be_deduplicated
+
+    prompt = np.arange(100, 164)
+    assert not may_be_deduplicated(prompt, 0, 63, [], 1)  # a new prompt
+    assert may_be_deduplicated(prompt[:1], 0, 0, [], 1)  # a one-token prompt
+    assert may_be_deduplicated(prompt, 0, 0, [], 1)  # prompt logprobs from the first token
+    assert may_be_deduplicated(prompt, 32, 32, [], 1)  # ... from token 32, past a prefix of 32
+    assert not may_be_deduplicated(prompt, 32, 63, [], 1)  # the next chunk of a prompt
+    assert may_be_deduplicated(prompt[:16], 0, 15, [], 16)  # a single page: the match takes none of it
+    assert not may_be_deduplicated(prompt[:20], 0, 19, [], 16)
+    other = np.concatenate([prompt[:40], prompt[40:] + 1])
+    assert may_be_deduplicated(prompt, 0, 63, [other], 1)  # the same new prompt twice in one batch
+    assert may_be_deduplicated(prompt, 0, 63, [other], 32)
+    assert not may_be_deduplicated(prompt, 0, 63, [other], 48)  # shares less than a page
+    assert not may_be_deduplicated(prompt, 40, 63, [other], 1)  # shares nothing past the prefix
+    assert not may_be_deduplicated(prompt, 0, 63, [prompt[:0], prompt[1:]], 1)
+
+
+def test_only_the_later_of_two_equal_requests_in_a_batch_is_left_out():
+    import torch
+    from types import SimpleNamespace
+
+    from lynx_patches.pd.conn import LynxKVSender
+    from lynx_patches.pd.layers import computed_chunks
+
+    def req(room, row, tokens):
+        return SimpleNamespace(disagg_kv_sender=object.__new__(LynxKVSender), kv=SimpleNamespace(req_pool_idx=row),
+                               bootstrap_room=room, prefix_len=0, extend_end=len(tokens), disagg_decode_prefix_len=0,
+                               full_untruncated_fill_ids=tokens, _compute_max_prefix_len=lambda n: n - 1)  # fmt: skip
+
+    same = list(range(50))
+    batch = SimpleNamespace(reqs=[req(1, 0, same), req(2, 1, list(same)), req(3, 2, same[::-1])])
+    assert [room for room, _, _ in computed_chunks(batch, torch.arange(3 * 60).view(3, 60), 1)] == [1, 3]
