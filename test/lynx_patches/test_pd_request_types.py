@@ -118,7 +118,7 @@ def _check_type_specifics(name: str, body: dict, answers: list[dict]) -> None:
         assert text.startswith("The essay "), text
     elif name == "stop-string":
         assert answers[0]["meta_info"]["finish_reason"]["type"] == "stop"
-    elif name in ("n-2", "same-prompt-batch"):
+    elif name == "n-2":
         assert answers[0]["output_ids"] == answers[1]["output_ids"], "greedy samples agree"
 
 
