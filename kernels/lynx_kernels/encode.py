@@ -50,7 +50,7 @@ def _position(x, mn, scale):
 
 @triton.jit
 def _encode_key_kernel(
-    pool, slots_ptr, stride_p, stride_h, stride_d, T, H, D, params, min_at, scale_at,
+    pool, slots_ptr, stride_p, stride_h, stride_d, T, H, D, params_ptr, min_at, scale_at,
     s0, s1, s2, s3, o0, o1, o2, o3, raw, errors,
     KG: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, SCALE: tl.constexpr, LIMIT: tl.constexpr,
     W0: tl.constexpr, W1: tl.constexpr, W2: tl.constexpr, W3: tl.constexpr, RAW: tl.constexpr,
@@ -72,8 +72,8 @@ def _encode_key_kernel(
     hi = ordered_max(x, mask, 0)
     mn, scale, overflow = _group_params(lo, hi, col_mask, LEVELS, SCALE)
     at = (group.to(tl.int64) * H + head) * D + cols
-    tl.store(params + min_at + at, mn.to(tl.int16, bitcast=True), mask=col_mask)
-    tl.store(params + scale_at + at, scale.to(tl.int16, bitcast=True), mask=col_mask)
+    tl.store(params_ptr + min_at + at, mn.to(tl.int16, bitcast=True), mask=col_mask)
+    tl.store(params_ptr + scale_at + at, scale.to(tl.int16, bitcast=True), mask=col_mask)
     position = _position(x, to_float32(mn)[None, :], to_float32(scale)[None, :])
     rows = tokens.to(tl.int64) * H + head
     store_stages(position, rows, col0, D - col0, row_mask, D, s0, s1, s2, s3, o0, o1, o2, o3, W0, W1, W2, W3, BT, BC)
@@ -85,7 +85,7 @@ def _encode_key_kernel(
 
 @triton.jit
 def _encode_value_kernel(
-    pool, slots_ptr, stride_p, stride_h, stride_d, T, H, D, params, min_at, scale_at,
+    pool, slots_ptr, stride_p, stride_h, stride_d, T, H, D, params_ptr, min_at, scale_at,
     s0, s1, s2, s3, o0, o1, o2, o3, raw, errors,
     VG: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, SCALE: tl.constexpr, LIMIT: tl.constexpr,
     W0: tl.constexpr, W1: tl.constexpr, W2: tl.constexpr, W3: tl.constexpr, RAW: tl.constexpr,
@@ -109,8 +109,8 @@ def _encode_value_kernel(
     mn, scale, overflow = _group_params(lo, hi, group_mask, LEVELS, SCALE)
     rows = tokens.to(tl.int64) * H + head
     at = rows[:, None] * (D // VG) + groups[None, :]
-    tl.store(params + min_at + at, mn.to(tl.int16, bitcast=True), mask=group_mask)
-    tl.store(params + scale_at + at, scale.to(tl.int16, bitcast=True), mask=group_mask)
+    tl.store(params_ptr + min_at + at, mn.to(tl.int16, bitcast=True), mask=group_mask)
+    tl.store(params_ptr + scale_at + at, scale.to(tl.int16, bitcast=True), mask=group_mask)
     mn_full = tl.reshape(tl.broadcast_to(to_float32(mn)[:, :, None], [BT, NG, VG]), [BT, BC])
     scale_full = tl.reshape(tl.broadcast_to(to_float32(scale)[:, :, None], [BT, NG, VG]), [BT, BC])
     position = _position(x, mn_full, scale_full)
@@ -197,7 +197,7 @@ def _launch_quantize(
     _, heads, head_dim = k_pool.shape
     tokens = slots.numel()
     plan = TilePlan.for_shape(spec, head_dim)
-    params = streams[0][: offsets.key_codes[0]].view(torch.int16)
+    params_ptr = streams[0][: offsets.key_codes[0]].view(torch.int16)
     quantized = spec.num_quantized_stages
     code_streams = (*streams[:quantized], *(streams[0],) * (MAX_STAGES - quantized))
     elements = tokens * heads * head_dim
@@ -215,14 +215,14 @@ def _launch_quantize(
     key_grid = (num_key_groups(spec, tokens), heads, triton.cdiv(head_dim, plan.key_channels))
     _encode_key_kernel[key_grid](
         k_pool, slots, *k_pool.stride(), tokens, heads, head_dim,
-        params, offsets.key_min // 2, offsets.key_scale // 2, *code_streams, *offsets.key_codes,
+        params_ptr, offsets.key_min // 2, offsets.key_scale // 2, *code_streams, *offsets.key_codes,
         raw_key, errors[0:1], KG=spec.key_group_tokens, BT=plan.key_tokens, **options,
     )
     options["BC"] = plan.value_channels
     value_grid = (triton.cdiv(tokens, plan.value_tokens), heads)
     _encode_value_kernel[value_grid](
         v_pool, slots, *v_pool.stride(), tokens, heads, head_dim,
-        params, offsets.value_min // 2, offsets.value_scale // 2, *code_streams, *offsets.value_codes,
+        params_ptr, offsets.value_min // 2, offsets.value_scale // 2, *code_streams, *offsets.value_codes,
         raw_value, errors[1:2], VG=spec.value_group_channels, BT=plan.value_tokens, **options,
     )
 

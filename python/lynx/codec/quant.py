@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 
 from lynx.codec.layout import INPUT_DTYPES, check_shape, num_key_groups
-from lynx.codec.rounding import round_down, round_up
+from lynx.codec.rounding import divide, round_down, round_up
 from lynx.codec.spec import CodecSpec
 from lynx.codec.stages import stage_codes, stage_levels
 
@@ -152,7 +152,7 @@ def _group_params(
     """Rounded (min, anchor step) in the scale dtype from float32 group min/max."""
     levels = (1 << spec.anchor_bits) - 1
     mn = round_down(lo, spec.torch_scale_dtype)
-    scale = round_up((hi - mn.float()) / levels, spec.torch_scale_dtype)
+    scale = round_up(divide(hi - mn.float(), levels), spec.torch_scale_dtype)
     if not (bool(torch.isfinite(mn).all()) and bool(torch.isfinite(scale).all())):
         raise ValueError(
             f"{name} group minimum or scale overflows scale_dtype {spec.scale_dtype}; "

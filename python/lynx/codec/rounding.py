@@ -12,6 +12,16 @@ _NEGATIVE_ZERO = -32768
 _SMALLEST_NEGATIVE = -32767
 
 
+def divide(x: torch.Tensor, divisor: float) -> torch.Tensor:
+    """``x / divisor`` correctly rounded elementwise on every device.
+
+    PyTorch on CUDA divides a tensor by a Python (or CPU) scalar by multiplying
+    with the scalar's rounded reciprocal, which differs from true division in
+    the last bit now and then; dividing by a tensor on ``x``'s device does not.
+    """
+    return x / torch.full_like(x, divisor)
+
+
 def round_down(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Largest ``dtype`` value ``<= x`` elementwise.
 

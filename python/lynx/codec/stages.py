@@ -35,6 +35,8 @@ from typing import NamedTuple
 
 import torch
 
+from lynx.codec.rounding import divide
+
 
 class Cell(NamedTuple):
     """What the decoder knows of each element after some stages (float32 tensors of one shape).
@@ -169,7 +171,7 @@ def _level(cell: Cell, codes: torch.Tensor, bits: int, step: torch.Tensor) -> to
 
 def _step(cell: Cell, count: int) -> torch.Tensor:
     centred = cell.width * (1.0 / count)
-    sided = (cell.width + cell.width) / float(2 * count - 1)
+    sided = divide(cell.width + cell.width, 2 * count - 1)
     return torch.where(cell.side == 0, centred, sided)
 
 
