@@ -45,6 +45,8 @@ def internal_state(result, controller, *args, **kwargs):
         )
         if manager.is_decode:
             state["data_endpoint"] = manager.side.data_endpoint
+        else:
+            state["segments_sent"] = dict(manager.side.segments_sent)
     result.internal_state["lynx"] = state
     return None
 

@@ -65,28 +65,26 @@ class ForwardLayers:
             return None if self._written <= beyond else self._written
 
 
-def computed_chunks(batch, req_to_token, page_size: int) -> list[tuple[int, int, np.ndarray]]:
-    """``(room, first transfer token, slots)`` of the chunk each Lynx request of an extend batch
-    computes: its tokens ``[prefix_len, extend_end)`` past what the decode server already holds
-    (`disagg_decode_prefix_len`), as transfer positions, and their pool slots. A chunk whose slots
-    the radix cache may swap after the forward (`may_be_deduplicated`) is left out: its segments
-    are sent from the slots the chunk ends up in, once the forward is done."""
+def computed_chunks(batch, req_to_token, page_size: int) -> list[tuple[int, np.ndarray]]:
+    """``(room, slots)`` of each Lynx request of an extend batch that computes tokens the decode
+    server lacks: the pool slots of its transfer positions from the first (past what the decode
+    server already holds, `disagg_decode_prefix_len`) through the end of this chunk. Positions
+    before `prefix_len` are cached or computed earlier; the side hands over only what it has not.
+    A chunk whose slots the radix cache may swap after the forward (`may_be_deduplicated`) is left
+    out: its segments are sent from the slots the chunk ends up in, once the forward is done."""
     from lynx_patches.pd.conn import LynxKVSender
 
     chunks, earlier = [], []
     for req in batch.reqs:
         tokens = np.asarray(req.full_untruncated_fill_ids, dtype=np.int64)[: req.extend_end]
-        cap = req._compute_max_prefix_len(len(req.full_untruncated_fill_ids))
-        duplicate = may_be_deduplicated(tokens, req.prefix_len, cap, earlier, page_size)
-        earlier.append(tokens)
-        if duplicate or not isinstance(req.disagg_kv_sender, LynxKVSender) or req.kv.req_pool_idx is None:
-            continue
         skipped = req.disagg_decode_prefix_len
-        start = max(req.prefix_len, skipped)
-        if req.extend_end <= start:
-            continue
-        slots = req_to_token[req.kv.req_pool_idx, start : req.extend_end].cpu().numpy().astype(np.int64)
-        chunks.append((req.bootstrap_room, start - skipped, slots))
+        streams = isinstance(req.disagg_kv_sender, LynxKVSender) and req.kv.req_pool_idx is not None
+        if streams and req.extend_end > max(req.prefix_len, skipped):
+            cap = req._compute_max_prefix_len(len(req.full_untruncated_fill_ids))
+            if not may_be_deduplicated(tokens, req.prefix_len, cap, earlier, page_size):
+                slots = req_to_token[req.kv.req_pool_idx, skipped : req.extend_end].cpu().numpy().astype(np.int64)
+                chunks.append((req.bootstrap_room, slots))
+        earlier.append(tokens)
     return chunks
 
 
@@ -120,7 +118,8 @@ def run_batch(original, scheduler, batch, *args, **kwargs):
     """AROUND `Scheduler.run_batch`: on a Lynx prefill server, the segments this forward completes
     are encoded and sent layer by layer while it runs."""
     manager = manager_of(scheduler)
-    if manager is None or manager.is_decode or batch is None or not batch.forward_mode.is_extend():
+    prefill = manager is not None and not manager.is_decode and manager.side.streams_layers
+    if not prefill or batch is None or not batch.forward_mode.is_extend():
         return original(scheduler, batch, *args, **kwargs)
     layers = manager.side.begin_forward(
         computed_chunks(batch, scheduler.req_to_token_pool.req_to_token, scheduler.page_size)

@@ -171,13 +171,15 @@ class PrefillRooms:
                 self._outgoing.pop(room, None)
         return segments, problem
 
-    def begin_forward(self, room: int, first: int, slots: np.ndarray) -> list[Segment]:
-        """A prefill forward is about to compute the room's tokens ``[first, first + len(slots))``
-        into `slots`: hand over the segments it completes, to encode as it writes their layers.
+    def begin_forward(self, room: int, slots: np.ndarray) -> list[Segment]:
+        """A prefill forward is about to compute the room's tokens through ``len(slots)``, whose
+        pool slots from the first transfer token on are `slots` (a cached prefix included): hand
+        over the segments it completes that no earlier chunk handed over, to encode as it writes
+        their layers.
 
-        Only when every token before `first` was handed over by the chunks already sent (else
-        [] and the chunks hand the segments over as usual). `add_chunk` later checks that the
-        chunk's slots are those the segments were read from.
+        [] when the forward completes no new segment, or would exceed the tokens reserved (the
+        chunks then fail the room). `add_chunk` later checks that the chunks' slots are those the
+        segments were read from.
         """
         with self._lock:
             dests = self._real_destinations(room)
@@ -187,17 +189,17 @@ class PrefillRooms:
             if out is None:
                 total = dests[0].num_tokens
                 out = self._outgoing[room] = _Outgoing(total, self._layout(total))
-            end = first + len(slots)
-            if out.computed != first or end > out.total:
+            slots = np.asarray(slots, dtype=np.int64)
+            end = len(slots)
+            if end <= out.computed or end > out.total:
                 return []
-            known = np.concatenate([*out.slots, np.asarray(slots, dtype=np.int64)])
             segments = []
             while out.queued < len(out.layout) and sum(out.layout[out.queued]) <= end:
                 start, tokens = out.layout[out.queued]
-                segments.append(Segment(out.queued, start, known[start : start + tokens], out.total))
+                segments.append(Segment(out.queued, start, slots[start : start + tokens], out.total))
                 out.queued += 1
             if segments:
-                out.streamed = known[: sum(out.layout[out.queued - 1])]
+                out.streamed = slots[: sum(out.layout[out.queued - 1])]
             return segments
 
     def busy(self, room: int) -> bool:

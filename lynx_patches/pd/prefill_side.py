@@ -69,6 +69,7 @@ class PrefillSide:
         self.peers: dict[str, DecodeRegistration] = {}
         self.routes: dict[str, Route] = {}  # per decode session: the heads it gets from this rank
         self.refused: dict[str, str] = {}
+        self.segments_sent = {"while_computed": 0, "after_forward": 0}  # scheduler thread
         wire = self.wire
         self._rooms = PrefillRooms(lambda total: wire.segments(total, config.segment_tokens), clock)
         self.transport = make_transport(config, secret, address)
@@ -208,23 +209,31 @@ class PrefillSide:
             self._host.fail(room, problem, self._rooms.targets(room))
             return
         jobs = [Job(room, s.index, s.first_token, s.slots, s.total) for s in segments]
+        self.segments_sent["after_forward"] += len(jobs)
         if is_last:
             jobs.append(Job(room, None, aux_index=aux_index))
         self.encoder.put(jobs)
 
-    def begin_forward(self, chunks: list[tuple[int, int, np.ndarray]]) -> ForwardLayers | None:
-        """Before a prefill forward computes each ``(room, first transfer token, slots)`` chunk: the
-        segments it completes are encoded and sent layer by layer as it writes them. Returns the
-        forward's `ForwardLayers` to advance, or None when no segment streams (none completed, or
-        layers do not stream here: `--lynx-segment-tokens 0`, or a pool off the CPU, where the
-        forward's writes are asynchronous)."""
-        if self.config.segment_tokens == 0 or self.pool.device.type != "cpu":
+    @property
+    def streams_layers(self) -> bool:
+        """Whether a forward's segments may leave layer by layer while it runs: not with
+        `--lynx-segment-tokens 0`, nor from a pool off the CPU, where the forward's writes are
+        asynchronous."""
+        return self.config.segment_tokens != 0 and self.pool.device.type == "cpu"
+
+    def begin_forward(self, chunks: list[tuple[int, np.ndarray]]) -> ForwardLayers | None:
+        """Before a prefill forward computes each ``(room, slots)`` chunk (slots from the room's
+        first transfer token through the chunk's end): the segments it completes are encoded and
+        sent layer by layer as it writes them. Returns the forward's `ForwardLayers` to advance,
+        or None when no segment streams (none completed, or `streams_layers` is false)."""
+        if not self.streams_layers:
             return None
         jobs = [
             Job(room, segment.index, segment.first_token, segment.slots, segment.total)
-            for room, first, slots in chunks
-            for segment in self._rooms.begin_forward(room, first, slots)
+            for room, slots in chunks
+            for segment in self._rooms.begin_forward(room, slots)
         ]
+        self.segments_sent["while_computed"] += len(jobs)
         if not jobs:
             return None
         layers = ForwardLayers(self.pool.shape(0).num_layers)

@@ -175,6 +175,26 @@ def test_peers_without_the_secret_cannot_get_a_byte_in_and_the_transfer_is_exact
     assert _lynx_state(slow_pd.decode)["dropped_messages"] == dropped, "nothing of theirs reached Lynx"
 
 
+def test_a_cached_prefix_streams_with_the_forward_and_a_prompt_sent_again_still_gets_its_kv(slow_pd, reference):
+    """A prompt that extends the reference's, whose tokens the prefill server holds cached, sends
+    every segment (the cached tokens' KV included) while its forward computes the few new tokens;
+    sent again, its last token is recomputed into slots the radix cache swaps for its own, so its
+    KV is sent after the forward. Both answers are equal and the decode server leaks nothing."""
+    body = {**reference["body"], "text": reference["body"]["text"] + " Answer in one short sentence."}
+    answers = []
+    for _ in range(2):
+        before = _lynx_state(slow_pd.prefill)["segments_sent"]
+        _, decode = slow_pd.generate_direct(body, _room())
+        assert isinstance(decode, dict), decode
+        after = _lynx_state(slow_pd.prefill)["segments_sent"]
+        answers.append((decode["output_ids"], {kind: after[kind] - before[kind] for kind in after}))
+    (first_ids, first), (again_ids, again) = answers
+    assert first["while_computed"] >= 1 and first["after_forward"] == 0, first
+    assert again["while_computed"] == 0 and again["after_forward"] >= 1, again
+    assert first_ids == again_ids
+    assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
+
+
 def test_two_live_requests_with_one_room_never_get_a_wrong_answer(slow_pd, reference, tokenizer):
     room = _room()
     other = _body(tokenizer, 1024, index=5)

@@ -145,7 +145,8 @@ def recording_prefill_side(clock=None, **options):
     side = PrefillSide(config(**{"mode": "int8", **options}), SECRET, host, "127.0.0.1", **({"clock": clock} if clock else {}))
     side.transport.close()
     side.transport = side.sender._transport = Recorder()
-    side.attach(FakePool(seed=0).view)
+    side.source = FakePool(seed=0)  # kept alive: the view holds raw addresses of its metadata rows
+    side.attach(side.source.view)
     side.host = host
     return side
 

@@ -72,7 +72,7 @@ def test_the_layer_count_of_a_forward_only_grows_and_ends_complete_or_failed():
 def test_a_segment_streamed_layer_by_layer_sends_exactly_the_frames_of_a_whole_send(mode):
     side = ready_side(mode=mode)
     try:
-        layers = side.begin_forward([(9, 0, SLOTS)])
+        layers = side.begin_forward([(9, SLOTS)])
         assert layers is not None and layers.num_layers == LAYERS == 2
         layers.written(1)
         assert wait_for(lambda: frame_layers(side)), "layer 0's frames leave while the forward runs"
@@ -88,20 +88,35 @@ def test_a_segment_streamed_layer_by_layer_sends_exactly_the_frames_of_a_whole_s
     assert sorted(streamed) == sorted(whole_send(mode=mode))
 
 
-def test_a_forward_after_tokens_not_yet_handed_over_streams_nothing():
-    side = ready_side()
+def test_forwards_past_a_cached_prefix_hand_over_each_segment_once_and_send_what_a_whole_send_does():
+    """The first forward computes tokens 4-12 after a cached prefix of 4 (slots from token 0 on):
+    segment [0, 8) streams with it; a forward that completes no new segment streams nothing; the
+    last forward streams the other two; the chunks then add nothing."""
+    options = {"mode": "bf16", "segment_tokens": 8}
+    side = ready_side(**options)
     try:
-        assert side.begin_forward([(9, 12, SLOTS[12:])]) is None
+        first = side.begin_forward([(9, SLOTS[:12])])
+        assert first is not None
+        first.finish(True)
         side.add_chunk(9, SLOTS[:12], False, 2, 12)
-        assert side.begin_forward([(9, 12, SLOTS[12:])]) is not None
+        assert side.begin_forward([(9, SLOTS[:12])]) is None
+        last = side.begin_forward([(9, SLOTS)])
+        assert last is not None
+        last.finish(True)
+        side.add_chunk(9, SLOTS[12:], True, 2, TOKENS - 12)
+        assert wait_for(lambda: side.host.succeeded) and side.sender.wait_idle(30)
+        streamed = sent(side)
     finally:
         side.close()
+    assert side.host.failures == []
+    assert side.segments_sent == {"while_computed": 3, "after_forward": 0}
+    assert sorted(streamed) == sorted(whole_send(**options))
 
 
 def test_chunk_slots_other_than_those_streamed_fail_the_room():
     side = ready_side()
     try:
-        layers = side.begin_forward([(9, 0, SLOTS)])
+        layers = side.begin_forward([(9, SLOTS)])
         layers.finish(True)
         side.add_chunk(9, SLOTS + 100, True, 2, TOKENS)
         (room, reason), = side.host.failures
@@ -113,7 +128,7 @@ def test_chunk_slots_other_than_those_streamed_fail_the_room():
 def test_an_abort_while_the_forward_runs_stops_the_rest_of_the_segment():
     side = ready_side()
     try:
-        layers = side.begin_forward([(9, 0, SLOTS)])
+        layers = side.begin_forward([(9, SLOTS)])
         layers.written(1)
         assert wait_for(lambda: frame_layers(side)) and side.sender.wait_idle(30)
         side.abort(9)
@@ -127,7 +142,7 @@ def test_an_abort_while_the_forward_runs_stops_the_rest_of_the_segment():
 def test_a_failed_forward_fails_the_rooms_it_was_streaming():
     side = ready_side()
     try:
-        layers = side.begin_forward([(9, 0, SLOTS)])
+        layers = side.begin_forward([(9, SLOTS)])
         layers.finish(False)
         assert wait_for(lambda: side.host.failures)
         (room, reason), = side.host.failures
@@ -139,21 +154,22 @@ def test_a_failed_forward_fails_the_rooms_it_was_streaming():
 def test_layers_do_not_stream_when_segments_are_off():
     side = ready_side(segment_tokens=0)
     try:
-        assert side.begin_forward([(9, 0, SLOTS)]) is None
+        assert side.begin_forward([(9, SLOTS)]) is None
     finally:
         side.close()
 
 
 def test_the_chunk_each_lynx_request_computes_is_read_past_the_decode_servers_prefix():
-    """``(room, first transfer token, slots)``: tokens before `disagg_decode_prefix_len` are not
-    transferred, and requests of other backends (SGLang's warmup) are left out."""
+    """``(room, slots)`` from the first transferred token, a cached prefix included: tokens before
+    `disagg_decode_prefix_len` are not transferred, and requests that compute none of those, or of
+    other backends (SGLang's warmup), are left out."""
     import torch
     from types import SimpleNamespace
 
     from lynx_patches.pd.conn import LynxKVSender
     from lynx_patches.pd.layers import computed_chunks
 
-    req_to_token = torch.arange(4 * 100).view(4, 100)
+    req_to_token = torch.arange(5 * 100).view(5, 100)
 
     def req(room, row, prefix, end, skipped, lynx=True):
         sender = object.__new__(LynxKVSender) if lynx else object()
@@ -164,10 +180,11 @@ def test_the_chunk_each_lynx_request_computes_is_read_past_the_decode_servers_pr
                                _compute_max_prefix_len=lambda n: n - 1)  # fmt: skip
 
     batch = SimpleNamespace(reqs=[req(1, 2, 0, 10, 0), req(2, 3, 40, 60, 50), req(3, 1, 0, 5, 0, lynx=False),
-                                  req(4, 0, 0, 30, 30)])  # fmt: skip
-    (room1, first1, slots1), (room2, first2, slots2) = computed_chunks(batch, req_to_token, 1)
-    assert (room1, first1) == (1, 0) and slots1.tolist() == list(range(200, 210))
-    assert (room2, first2) == (2, 0) and slots2.tolist() == list(range(350, 360))
+                                  req(4, 0, 0, 30, 30), req(5, 4, 40, 60, 10)])  # fmt: skip
+    chunks = computed_chunks(batch, req_to_token, 1)
+    assert [(room, slots.tolist()) for room, slots in chunks] == [
+        (1, list(range(200, 210))), (2, list(range(350, 360))), (5, list(range(410, 460)))
+    ]
 
 
 def test_a_chunk_the_radix_cache_may_swap_to_cached_slots_does_not_stream():
@@ -207,4 +224,4 @@ def test_only_the_later_of_two_equal_requests_in_a_batch_is_left_out():
 
     same = list(range(50))
     batch = SimpleNamespace(reqs=[req(1, 0, same), req(2, 1, list(same)), req(3, 2, same[::-1])])
-    assert [room for room, _, _ in computed_chunks(batch, torch.arange(3 * 60).view(3, 60), 1)] == [1, 3]
+    assert [room for room, _ in computed_chunks(batch, torch.arange(3 * 60).view(3, 60), 1)] == [1, 3]

@@ -119,10 +119,11 @@ def make_world(agreement=None):
     clock = SimpleNamespace(now=0.0)
     host = DecodeHost()
     side = DecodeSide(config(max_speculative_tokens=3, transfer_timeout=10.0), SECRET, host, "127.0.0.1", clock=lambda: clock.now)
-    side.attach(FakePool(seed=1).view)
+    pool = FakePool(seed=1)  # kept alive in the world: the view holds raw addresses of its metadata rows
+    side.attach(pool.view)
     scheduler = Scheduler()
     world = SimpleNamespace(
-        side=side, host=host, scheduler=scheduler, controller=SpecController(scheduler, side, agreement), clock=clock,
+        pool=pool, side=side, host=host, scheduler=scheduler, controller=SpecController(scheduler, side, agreement), clock=clock,
         released=[], freed=[], passes=[], predictions={}, checkpointed=[],
     )  # fmt: skip
     scheduler.world = world
