@@ -14,6 +14,8 @@ K+V read, decode as GB/s of bf16 K+V written, each beside a plain device copy
 the same run. "kernel" rows time the launches alone; "api" rows include the
 checked entry points' validation and host synchronisation.
 
+With ``--tune`` it also times int8 under other tile sizes and warp counts.
+
 Needs only torch, triton and this repository:
 
     PYTHONPATH=python:kernels python scripts/gpu_check_kernels.py --json gpu_check.json
@@ -48,6 +50,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=20, help="timed repeats per measurement (default 20)")
     parser.add_argument("--cpu-slice", type=int, default=2048, help="tokens compared against the CPU reference")
     parser.add_argument("--json", metavar="PATH", help="write results as JSON here")
+    parser.add_argument(
+        "--tune", action="store_true",
+        help="also time int8 under 3 tile sizes x 3 warp counts, each checked against the default tiles (~1 min)",
+    )  # fmt: skip
     return parser.parse_args()
 
 
@@ -69,6 +75,12 @@ def main() -> int:
     mismatches = check_exactness(args, {**specs, **extra}, "cuda")
     rows = measure_bandwidth(args, specs, "cuda")
     print_table(rows)
+    tuning = []
+    if args.tune:
+        tuning = measure_tiles(args, {"int8": specs["int8"]})
+        print_table(tuning)
+        mismatches += [f"tiles {row['preset']} {row['tile']}x{row['warps']}: {row['op']} differs" for row in tuning
+                       if not row["same"]]  # fmt: skip
     for failure in mismatches:
         print(f"MISMATCH {failure}")
     verdict = f"{len(mismatches)} mismatches" if mismatches else "all kernels bit-identical to the reference"
@@ -83,6 +95,7 @@ def main() -> int:
             "repeats": args.repeats,
             "mismatches": mismatches,
             "bandwidth": rows,
+            "tiles": tuning,
         }
         with open(args.json, "w") as handle:
             json.dump(result, handle, indent=2)
@@ -220,6 +233,48 @@ def measure_bandwidth(args: argparse.Namespace, specs: dict, device: str) -> lis
             row.update({"copy GB/s": nbytes / copy_ms / 1e6, "vs copy": copy_ms / ms})
             row.update({"gather/scatter GB/s": nbytes / baseline_ms / 1e6, "vs gather/scatter": baseline_ms / ms})
             rows.append(row)
+    return rows
+
+
+TILE_ELEMENTS = (2048, 4096, 8192)
+WARPS = (2, 4, 8)
+
+
+def measure_tiles(args: argparse.Namespace, specs: dict, device: str = "cuda") -> list[dict]:
+    """Kernel ms of encode, anchor decode and full decode under every tile size and warp
+    count; ``same``: the results equal those of the default tiles, bit for bit."""
+    from lynx_kernels.decode import launch_decode
+    from lynx_kernels.encode import launch_encode
+    from lynx_kernels.plan import TilePlan
+
+    k_pool, v_pool, slots = make_request(args.tokens, args.heads, args.head_dim, args.pool_factor, device)
+    nbytes = 2 * slots.numel() * args.heads * args.head_dim * k_pool.element_size()
+    targets = torch.randperm(k_pool.shape[0], device=device)[: slots.numel()]
+    rows = []
+    for name, spec in specs.items():
+        expected, _ = launch_encode(k_pool, v_pool, slots, spec)
+        want_k, want_v = torch.zeros_like(k_pool), torch.zeros_like(v_pool)
+        launch_decode(expected, want_k, want_v, targets, spec.num_stages)
+        for tile in TILE_ELEMENTS:
+            for warps in WARPS:
+                plan = TilePlan.for_shape(spec, args.head_dim, tile, warps)
+                encoded, _ = launch_encode(k_pool, v_pool, slots, spec, plan)
+                k_out, v_out = torch.zeros_like(k_pool), torch.zeros_like(v_pool)
+                launch_decode(expected, k_out, v_out, targets, spec.num_stages, plan)
+                same_encode = all(torch.equal(a, b) for a, b in zip(encoded.streams, expected.streams))
+                same_decode = _same_bits(k_out, want_k) and _same_bits(v_out, want_v)
+                timed = [
+                    ("encode", same_encode, lambda: launch_encode(k_pool, v_pool, slots, spec, plan)),
+                    ("decode anchor", same_decode, lambda: launch_decode(expected, k_out, v_out, targets, 1, plan)),
+                    ("decode all", same_decode,
+                     lambda: launch_decode(expected, k_out, v_out, targets, spec.num_stages, plan)),
+                ]  # fmt: skip
+                for op, same, fn in timed:
+                    ms = median_ms(fn, args.repeats)
+                    rows.append({"preset": name, "op": op, "tile": tile, "warps": warps, "ms": ms,
+                                 "GB/s": nbytes / ms / 1e6, "same": same})  # fmt: skip
+                    print(f"tiles {name} {tile} x {warps} warps: {op} {ms:.3f} ms, same {same}", file=sys.stderr,
+                          flush=True)  # fmt: skip
     return rows
 
 

@@ -116,12 +116,18 @@ def decode_into_pool(
 
 
 def launch_decode(
-    encoded: EncodedKV, k_pool: torch.Tensor, v_pool: torch.Tensor, token_indices: torch.Tensor, count: int
+    encoded: EncodedKV,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    token_indices: torch.Tensor,
+    count: int,
+    plan: TilePlan | None = None,
 ) -> None:
     """Launch the decode kernels for the first ``count`` streams without validating anything.
 
     For callers that validated the request once already, and for benchmarks;
-    :func:`decode_into_pool` is the checked entry point.
+    :func:`decode_into_pool` is the checked entry point. ``plan``: the tiles
+    (default ``TilePlan.for_shape``; benchmarks try others).
     """
     spec, dtype = encoded.spec, encoded.dtype
     tokens, heads, head_dim = encoded.num_tokens, encoded.kv_heads, encoded.head_dim
@@ -134,7 +140,8 @@ def launch_decode(
             rows = _typed(streams[0][start : start + sink_bytes], dtype).reshape(sinks, heads, head_dim)
             pool[token_indices[:sinks]] = rows.to(pool.dtype)
     if sinks < tokens:
-        _launch_dequantize(encoded, streams, offsets, k_pool, v_pool, token_indices[sinks:])
+        plan = plan or TilePlan.for_shape(spec, head_dim)
+        _launch_dequantize(encoded, streams, offsets, k_pool, v_pool, token_indices[sinks:], plan)
 
 
 def _launch_dequantize(
@@ -144,6 +151,7 @@ def _launch_dequantize(
     k_pool: torch.Tensor,
     v_pool: torch.Tensor,
     slots: torch.Tensor,
+    plan: TilePlan,
 ) -> None:
     """The key and value kernels over the quantized tokens, into ``slots``."""
     spec, count = encoded.spec, len(streams)
@@ -156,7 +164,6 @@ def _launch_dequantize(
         raw_key, raw_value = raw[: raw.numel() // 2], raw[raw.numel() // 2 :]
     else:
         raw_key, raw_value = k_pool, v_pool
-    plan = TilePlan.for_shape(spec, head_dim)
     options = {
         "BC": plan.key_channels,
         "SCALE": triton_dtype(spec.torch_scale_dtype),
@@ -164,6 +171,7 @@ def _launch_dequantize(
         "RAW": use_raw,
         **dict(zip(("W0", "W1", "W2", "W3"), stage_widths(spec, quantized))),
         "enable_fp_fusion": False,
+        "num_warps": plan.warps,
     }
     key_grid = (num_key_groups(spec, tokens), heads, triton.cdiv(head_dim, plan.key_channels))
     _decode_key_kernel[key_grid](

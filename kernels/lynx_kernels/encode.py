@@ -144,7 +144,11 @@ def encode_from_pool(
 
 
 def launch_encode(
-    k_pool: torch.Tensor, v_pool: torch.Tensor, token_indices: torch.Tensor, spec: CodecSpec
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    token_indices: torch.Tensor,
+    spec: CodecSpec,
+    plan: TilePlan | None = None,
 ) -> tuple[EncodedKV, torch.Tensor]:
     """Launch the encode kernels without validating or waiting for them.
 
@@ -152,7 +156,7 @@ def launch_encode(
     request rather than per layer) and for benchmarks. Returns the encoded
     streams and int32 ``[2]`` flags (key, value), nonzero where the input was
     not encodable; the streams are meaningless unless :func:`raise_on_flags`
-    passes.
+    passes. ``plan``: the tiles (default ``TilePlan.for_shape``; benchmarks try others).
     """
     _, heads, head_dim = k_pool.shape
     tokens = token_indices.numel()
@@ -169,7 +173,8 @@ def launch_encode(
         for index, (pool, start) in enumerate(((k_pool, offsets.sink_keys), (v_pool, offsets.sink_values))):
             _copy_sinks(pool, token_indices[:sinks], streams[0], start, errors[index : index + 1], limit)
     if sinks < tokens:
-        _launch_quantize(k_pool, v_pool, token_indices[sinks:], spec, streams, offsets, errors)
+        plan = plan or TilePlan.for_shape(spec, head_dim)
+        _launch_quantize(k_pool, v_pool, token_indices[sinks:], spec, streams, offsets, errors, plan)
     return EncodedKV(spec, tuple(streams), tokens, heads, head_dim, k_pool.dtype), errors
 
 
@@ -192,11 +197,11 @@ def _launch_quantize(
     streams: list[torch.Tensor],
     offsets: WireOffsets,
     errors: torch.Tensor,
+    plan: TilePlan,
 ) -> None:
     """The key and value kernels over the quantized tokens, at ``slots``."""
     _, heads, head_dim = k_pool.shape
     tokens = slots.numel()
-    plan = TilePlan.for_shape(spec, head_dim)
     params_ptr = streams[0][: offsets.key_codes[0]].view(torch.int16)
     quantized = spec.num_quantized_stages
     code_streams = (*streams[:quantized], *(streams[0],) * (MAX_STAGES - quantized))
@@ -211,6 +216,7 @@ def _launch_quantize(
         "RAW": spec.raw_residual,
         **dict(zip(("W0", "W1", "W2", "W3"), stage_widths(spec, quantized))),
         "enable_fp_fusion": False,
+        "num_warps": plan.warps,
     }
     key_grid = (num_key_groups(spec, tokens), heads, triton.cdiv(head_dim, plan.key_channels))
     _encode_key_kernel[key_grid](

@@ -19,6 +19,7 @@ from lynx.codec.spec import CodecSpec
 
 MAX_STAGES = 4
 TILE_ELEMENTS = 4096
+NUM_WARPS = 4
 MIN_CHANNELS = 8
 MAX_KEY_GROUP_TOKENS = 1024
 MAX_VALUE_CHANNELS = 4096
@@ -59,20 +60,25 @@ class TilePlan:
         value_tokens: tokens per value tile.
         value_channels: channels per value tile, ``head_dim`` padded to a
             power-of-two number of value groups.
+        warps: warps per program.
     """
 
     key_tokens: int
     key_channels: int
     value_tokens: int
     value_channels: int
+    warps: int = NUM_WARPS
 
     @classmethod
-    def for_shape(cls, spec: CodecSpec, head_dim: int) -> TilePlan:
-        """Plan for a spec and head_dim that :func:`supports` accepts."""
+    def for_shape(
+        cls, spec: CodecSpec, head_dim: int, tile_elements: int = TILE_ELEMENTS, warps: int = NUM_WARPS
+    ) -> TilePlan:
+        """Plan for a spec and head_dim that :func:`supports` accepts, tiles of about
+        ``tile_elements`` elements (a power of two) run by ``warps`` warps."""
         key_tokens = triton.next_power_of_2(spec.key_group_tokens)
-        key_channels = max(MIN_CHANNELS, min(triton.next_power_of_2(head_dim), TILE_ELEMENTS // key_tokens))
+        key_channels = max(MIN_CHANNELS, min(triton.next_power_of_2(head_dim), tile_elements // key_tokens))
         value_channels = _value_channels(spec, head_dim)
-        return cls(key_tokens, key_channels, max(1, TILE_ELEMENTS // value_channels), value_channels)
+        return cls(key_tokens, key_channels, max(1, tile_elements // value_channels), value_channels, warps)
 
 
 def stage_widths(spec: CodecSpec, quantized_stages: int) -> tuple[int, int, int, int]:
