@@ -1,19 +1,21 @@
-"""Compile every Lynx Triton kernel for a Hopper GPU (sm_90) on a machine without one.
+"""Compile every Lynx Triton kernel for an NVIDIA GPU (sm_90 unless told) on a machine without one.
 
 The kernel tests run the kernels under Triton's interpreter, which takes
 Python semantics where the compiler would refuse or mis-bind (an argument
 named like a local of Triton's launcher, say). This script drives the real
 launch path instead: the checked entry points over CPU tensors, each launch
 bound by Triton's own argument binder and compiled to a cubin (Triton's
-bundled ptxas), with a stand-in driver that names an sm_90 target and
-launches nothing.
+bundled ptxas), with a stand-in driver that names the target and launches
+nothing.
 
-Run it without ``TRITON_INTERPRET``; prints one line per kernel and
-specialization compiled, exits 0 when every launch compiled.
+Run it without ``TRITON_INTERPRET`` (``--arch 80`` for an A100); prints one
+line per kernel and specialization compiled, exits 0 when every launch
+compiled.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -22,11 +24,12 @@ from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
 from triton.runtime.jit import JITFunction
 
-HOPPER = GPUTarget("cuda", 90, 32)
-
 
 class CompileOnlyDriver:
-    """Stands in for the CUDA driver: one device, one stream, an sm_90 target; never launches."""
+    """Stands in for the CUDA driver: one device, one stream, the given target; never launches."""
+
+    def __init__(self, target: GPUTarget) -> None:
+        self.target = target
 
     def get_current_device(self) -> int:
         return 0
@@ -35,10 +38,10 @@ class CompileOnlyDriver:
         return 0
 
     def get_current_target(self) -> GPUTarget:
-        return HOPPER
+        return self.target
 
 
-def compile_all() -> list[str]:
+def compile_all(target: GPUTarget) -> list[str]:
     """Encode, decode every stage count and upgrade for each preset and a three-stage spec."""
     import lynx_kernels
     from lynx.codec import CodecSpec
@@ -58,7 +61,7 @@ def compile_all() -> list[str]:
     v_pool = torch.randn(300, 2, 128, generator=generator).to(torch.bfloat16)
     slots = torch.randperm(300, generator=generator)[:200]
     specs = [CodecSpec.preset(name) for name in CodecSpec.preset_names()] + [CodecSpec(stage_bits=(2, 2, 4))]
-    driver.set_active(CompileOnlyDriver())
+    driver.set_active(CompileOnlyDriver(target))
     JITFunction.__getitem__ = compile_only
     for spec in specs:
         lynx_kernels.encode_from_pool(k_pool, v_pool, slots, spec)
@@ -71,8 +74,11 @@ def compile_all() -> list[str]:
 
 
 def main() -> int:
-    print(f"triton {triton.__version__}, target {HOPPER}")
-    for line in compile_all():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", type=int, default=90, help="compute capability x 10 (default 90, Hopper)")
+    target = GPUTarget("cuda", parser.parse_args().arch, 32)
+    print(f"triton {triton.__version__}, target {target}")
+    for line in compile_all(target):
         print(line)
     return 0
 
