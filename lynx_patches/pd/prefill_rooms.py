@@ -20,6 +20,15 @@ from lynx_patches.pd.pool import page_slots
 STALE_METADATA_S = 300.0
 
 
+class Segment(NamedTuple):
+    """A segment of a room's tokens whose KV is all computed: ready to encode."""
+
+    index: int
+    first_token: int
+    slots: np.ndarray  # pool slots of its tokens
+    total: int  # tokens of the whole room
+
+
 @dataclass
 class _Outgoing:
     """A room whose KV leaves segment by segment as the prefill computes it (scheduler thread)."""
@@ -31,14 +40,15 @@ class _Outgoing:
     queued: int = 0  # segments handed to the encoder
     streamed: np.ndarray | None = None  # slots of the tokens through the last segment handed over while computed
 
-
-class Segment(NamedTuple):
-    """A segment of a room's tokens whose KV is all computed: ready to encode."""
-
-    index: int
-    first_token: int
-    slots: np.ndarray  # pool slots of its tokens
-    total: int  # tokens of the whole room
+    def take_segments(self, slots: np.ndarray) -> list[Segment]:
+        """The segments not handed over yet that `slots` (those of the first ``len(slots)``
+        tokens) complete, now handed over."""
+        segments = []
+        while self.queued < len(self.layout) and sum(self.layout[self.queued]) <= len(slots):
+            first, tokens = self.layout[self.queued]
+            segments.append(Segment(self.queued, first, slots[first : first + tokens], self.total))
+            self.queued += 1
+        return segments
 
 
 class PrefillRooms:
@@ -149,24 +159,17 @@ class PrefillRooms:
         """
         segments, problem = [], None
         with self._lock:
-            dests = self._real_destinations(room)
-            if not dests or room in self._aborted:
-                return None
-            out = self._outgoing.get(room)
+            out = self._outgoing_of(room)
             if out is None:
-                total = dests[0].num_tokens
-                out = self._outgoing[room] = _Outgoing(total, self._layout(total))
+                return None
             out.slots.append(page_slots(pages, page_size, count))
             out.computed += count
             if out.computed > out.total or (is_last and out.computed != out.total):
                 problem = f"the decode ranks reserved {out.total} tokens, this prefill has {out.computed} to send"
             elif out.streamed is not None:
                 problem = _streamed_mismatch(out)
-            while problem is None and out.queued < len(out.layout) and sum(out.layout[out.queued]) <= out.computed:
-                first, tokens = out.layout[out.queued]
-                slots = np.concatenate(out.slots)[first : first + tokens]
-                segments.append(Segment(out.queued, first, slots, out.total))
-                out.queued += 1
+            if problem is None:
+                segments = out.take_segments(np.concatenate(out.slots))
             if is_last or problem is not None:
                 self._outgoing.pop(room, None)
         return segments, problem
@@ -182,22 +185,11 @@ class PrefillRooms:
         segments were read from.
         """
         with self._lock:
-            dests = self._real_destinations(room)
-            if not dests or room in self._aborted:
+            out = self._outgoing_of(room)
+            if out is None or not out.computed < len(slots) <= out.total:
                 return []
-            out = self._outgoing.get(room)
-            if out is None:
-                total = dests[0].num_tokens
-                out = self._outgoing[room] = _Outgoing(total, self._layout(total))
             slots = np.asarray(slots, dtype=np.int64)
-            end = len(slots)
-            if end <= out.computed or end > out.total:
-                return []
-            segments = []
-            while out.queued < len(out.layout) and sum(out.layout[out.queued]) <= end:
-                start, tokens = out.layout[out.queued]
-                segments.append(Segment(out.queued, start, slots[start : start + tokens], out.total))
-                out.queued += 1
+            segments = out.take_segments(slots)
             if segments:
                 out.streamed = slots[: sum(out.layout[out.queued - 1])]
             return segments
@@ -253,6 +245,18 @@ class PrefillRooms:
         """Each announced room still computing, with the ``(endpoint, key, wire id)`` of its decode ranks."""
         with self._lock:
             return [(room, list(peers)) for room, peers in self._alive.items()]
+
+    def _outgoing_of(self, room: int) -> _Outgoing | None:
+        """The room's outgoing state, made on first use; None when it has no real destination or
+        was aborted. Caller holds the lock."""
+        dests = self._real_destinations(room)
+        if not dests or room in self._aborted:
+            return None
+        out = self._outgoing.get(room)
+        if out is None:
+            total = dests[0].num_tokens
+            out = self._outgoing[room] = _Outgoing(total, self._layout(total))
+        return out
 
     def _real_destinations(self, room: int) -> list[RoomMetadata]:
         """The metadata of the real (not dummy) decode ranks the room's KV goes to; caller holds the lock."""
