@@ -8,6 +8,9 @@ realistic shapes (bf16, random permuted slots in a larger pool), on edge
 values, on a request of fewer tokens than the sink tokens, and against the
 CPU reference on a slice.
 
+Division: the reference's ``divide`` must give correctly rounded quotients
+on the device (a plain division by a Python scalar is counted beside it).
+
 Bandwidth: medians of CUDA-event timings. Encode is reported as GB/s of bf16
 K+V read, decode as GB/s of bf16 K+V written, each beside a plain device copy
 (``Tensor.copy_``) and an index gather/scatter of the same bytes measured in
@@ -72,7 +75,10 @@ def main() -> int:
         return EXIT_NO_GPU
     specs = {name: CodecSpec.preset(name) for name in CodecSpec.preset_names()}
     extra = {"2+2+4": CodecSpec(stage_bits=(2, 2, 4)), "int8 no sinks": CodecSpec(stage_bits=(4, 4), sink_tokens=0)}
-    mismatches = check_exactness(args, {**specs, **extra}, "cuda")
+    division = check_division("cuda")
+    print(f"division: {division}")
+    mismatches = [f"divide by {d}: {n} quotients not correctly rounded" for d, n in division["divide"].items() if n]
+    mismatches += check_exactness(args, {**specs, **extra}, "cuda")
     rows = measure_bandwidth(args, specs, "cuda")
     print_table(rows)
     tuning = []
@@ -94,6 +100,7 @@ def main() -> int:
             "shape": {"tokens": args.tokens, "kv_heads": args.heads, "head_dim": args.head_dim},
             "repeats": args.repeats,
             "mismatches": mismatches,
+            "division": division,
             "bandwidth": rows,
             "tiles": tuning,
         }
@@ -101,6 +108,27 @@ def main() -> int:
             json.dump(result, handle, indent=2)
         print(f"wrote {args.json}")
     return EXIT_MISMATCH if mismatches else 0
+
+
+DIVISORS = (3, 7, 15, 31, 63, 127, 255, 4095, 65535, 5, 9, 17, 33)
+
+
+def check_division(device: str, count: int = 1 << 22) -> dict:
+    """Quotients on `device` that differ from float64 division rounded once to float32 (the
+    correctly rounded quotient), per divisor the codec uses (anchor levels ``2^a - 1``, stage cells
+    ``2n - 1``): through the reference's ``divide`` (must be 0) and, for comparison, a plain
+    division by a Python scalar (which CUDA computes with the scalar's rounded reciprocal)."""
+    from lynx.codec.rounding import divide
+
+    generator = torch.Generator(device=device).manual_seed(11)
+    scale = torch.exp2(torch.randint(-30, 30, (count,), device=device, generator=generator).float())
+    x = torch.randn(count, device=device, generator=generator) * scale
+    result = {"values": count, "divide": {}, "scalar": {}}
+    for divisor in DIVISORS:
+        expected = (x.double() / divisor).float()
+        result["divide"][divisor] = int((divide(x, divisor) != expected).sum())
+        result["scalar"][divisor] = int((x / divisor != expected).sum())
+    return result
 
 
 def make_request(tokens: int, heads: int, head_dim: int, pool_factor: int, device: str, seed: int = 0):

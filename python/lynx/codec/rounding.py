@@ -17,9 +17,10 @@ def divide(x: torch.Tensor, divisor: float) -> torch.Tensor:
 
     PyTorch on CUDA divides a tensor by a Python (or CPU) scalar by multiplying
     with the scalar's rounded reciprocal, which differs from true division in
-    the last bit now and then; dividing by a tensor on ``x``'s device does not.
+    the last bit now and then; dividing by a tensor on ``x``'s device does not
+    (a 0-dim one broadcasts, no copy of ``x``'s size).
     """
-    return x / torch.full_like(x, divisor)
+    return x / torch.tensor(divisor, dtype=x.dtype, device=x.device)
 
 
 def round_down(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

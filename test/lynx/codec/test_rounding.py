@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lynx.codec.rounding import round_down, round_up
+from lynx.codec.rounding import divide, round_down, round_up
 
 
 def _representable(dtype):
@@ -46,3 +46,13 @@ def test_rounding_past_the_range_gives_infinity():
     x = torch.tensor([70000.0, -70000.0])
     assert round_up(x, torch.float16).tolist() == [float("inf"), -65504.0]
     assert round_down(x, torch.float16).tolist() == [65504.0, float("-inf")]
+
+
+def test_divide_is_correctly_rounded():
+    """Against float64 division rounded once to float32 (exact for a quotient of two float32s),
+    for the divisors the codec uses: anchor levels ``2^a - 1`` and stage cells ``2n - 1``."""
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(200_000, generator=generator) * torch.exp2(torch.randint(-20, 20, (200_000,), generator=generator))
+    for divisor in (1, 3, 7, 15, 31, 63, 127, 255, 511, 1023, 4095, 65535, 5, 9, 17, 33):
+        expected = (x.double() / divisor).float()
+        assert torch.equal(divide(x, divisor), expected), divisor
