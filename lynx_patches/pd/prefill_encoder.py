@@ -14,6 +14,7 @@ whole segment would have made.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 import numpy as np
+import torch
 from lynx.config import LynxConfig
 from lynx.heads import transfer_room
 from lynx.kvwire import WireFormat
@@ -116,6 +118,7 @@ class PrefillEncoder:
         self._jobs: queue.Queue[Job | Streaming] = queue.Queue()
         self._held: list[_HeldStream] = []  # residuals of the batch being encoded (encoder thread)
         self._pool: PoolView | None = None
+        self._stream = None  # the encoder thread's device stream (GPU pools), made on first use
         self._pool_ready = threading.Event()
 
     def attach(self, pool: PoolView) -> None:
@@ -232,10 +235,12 @@ class PrefillEncoder:
             return False
         try:
             segment = progress.get(key) or self._start(job, dests)
-            pool, index, lo = self.pool, self.pool.slot_index(job.slots), segment.layers_done
-            for heads in segment.head_ranges:
-                k, v = pool.head_buffers(heads.first - pool.shard.first, heads.count)
-                segment.write(heads, layers, self._wire.encode(k[lo:layers], v[lo:layers], index, job.first_token))
+            with self._device_work():
+                pool, index, lo = self.pool, self.pool.slot_index(job.slots), segment.layers_done
+                for heads in segment.head_ranges:
+                    k, v = pool.head_buffers(heads.first - pool.shard.first, heads.count)
+                    encoded = self._wire.encode(k[lo:layers], v[lo:layers], index, job.first_token)
+                    segment.write(heads, layers, encoded)
         finally:
             aborted = self._rooms.end_encoding(job.room)
         if aborted:
@@ -257,6 +262,17 @@ class PrefillEncoder:
             return False
         progress[key] = segment
         return True
+
+    def _device_work(self) -> contextlib.AbstractContextManager:
+        """Where the encoder's reads and kernels run: on a GPU pool, the encoder thread's own
+        stream, so they overlap a running forward instead of queuing behind it on the default
+        stream (what they read was waited for: `ForwardLayers.wait`, or the forward's end)."""
+        device = self.pool.device
+        if device.type != "cuda":
+            return contextlib.nullcontext()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device)
+        return torch.cuda.stream(self._stream)
 
     def _start(self, job: Job, dests: list[RoomMetadata]) -> SegmentStreams:
         """A segment's streams: empty buffers per distinct head range, nothing sent."""

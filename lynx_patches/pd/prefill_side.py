@@ -38,7 +38,7 @@ from lynx_patches.pd.control import (
     RoomMetadata,
     check_data_endpoint,
 )
-from lynx_patches.pd.layers import ForwardLayers
+from lynx_patches.pd.layers import DeviceMarks, ForwardLayers
 from lynx_patches.pd.pool import PoolView
 from lynx_patches.pd.prefill_encoder import EncoderHost, Job, PrefillEncoder, Streaming
 from lynx_patches.pd.segment_streams import Route
@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 ALIVE_EVERY_S = 1.0
 PURGE_EVERY_S = 30.0
+LAYER_STREAMING_DEVICES = ("cpu", "cuda")  # where a forward's segments leave layer by layer (see `streams_layers`)
 
 
 class PrefillHost(EncoderHost, Protocol):
@@ -217,9 +218,9 @@ class PrefillSide:
     @property
     def streams_layers(self) -> bool:
         """Whether a forward's segments may leave layer by layer while it runs: not with
-        `--lynx-segment-tokens 0`, nor from a pool off the CPU, where the forward's writes are
-        asynchronous."""
-        return self.config.segment_tokens != 0 and self.pool.device.type == "cpu"
+        `--lynx-segment-tokens 0`; only from a pool on the CPU (whose writes are done when they
+        return) or on a CUDA GPU (whose writes the encoder waits for by event)."""
+        return self.config.segment_tokens != 0 and self.pool.device.type in LAYER_STREAMING_DEVICES
 
     def begin_forward(self, chunks: list[tuple[int, np.ndarray]]) -> ForwardLayers | None:
         """Before a prefill forward computes each ``(room, slots)`` chunk (slots from the room's
@@ -236,7 +237,8 @@ class PrefillSide:
         self.segments_sent["while_computed"] += len(jobs)
         if not jobs:
             return None
-        layers = ForwardLayers(self.pool.shape(0).num_layers)
+        device = self.pool.device
+        layers = ForwardLayers(self.pool.shape(0).num_layers, DeviceMarks(device) if device.type == "cuda" else None)
         self.encoder.put_streaming(Streaming(jobs, layers))
         return layers
 

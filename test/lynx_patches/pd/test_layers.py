@@ -68,6 +68,56 @@ def test_the_layer_count_of_a_forward_only_grows_and_ends_complete_or_failed():
     assert failed.wait(0, stop) == 1 and failed.wait(1, stop) is None
 
 
+class RecordedMarks:
+    """Stands in for `DeviceMarks`: numbered marks, of which the device has reached the first
+    `done` (`synchronize` on a later one reaches it); `waited` lists the marks waited for."""
+
+    def __init__(self) -> None:
+        self.made, self.done, self.waited = 0, 0, []
+
+    def mark(self):
+        self.made += 1
+        return self.Mark(self, self.made)
+
+    def everything(self):
+        return self.Mark(self, None)
+
+    class Mark:
+        def __init__(self, owner, number) -> None:
+            self.owner, self.number = owner, number
+
+        def query(self) -> bool:
+            return self.number is not None and self.number <= self.owner.done
+
+        def synchronize(self) -> None:
+            self.owner.waited.append(self.number or "device drained")
+            self.owner.done = max(self.owner.done, self.number or self.owner.made)
+
+
+def test_on_a_device_the_encoder_takes_the_layers_the_device_has_written_not_all_those_queued():
+    stop, marks = threading.Event(), RecordedMarks()
+    layers = ForwardLayers(6, marks)
+    for count in range(1, 5):
+        layers.written(count)  # the host queues four layers at once
+    assert layers.wait(0, stop) == 1 and marks.waited == [1], "nothing done yet: wait for the first layer only"
+    marks.done = 3
+    assert layers.wait(1, stop) == 3 and marks.waited == [1, 2], "take what the device has done"
+    layers.finish(True)  # layers 5 and 6 were written where no hook saw them
+    assert layers.wait(3, stop) == 4
+    assert layers.wait(4, stop) == 6 and marks.waited[-1] == "device drained"
+
+
+def test_on_a_device_a_forward_whose_hooks_reported_every_layer_ends_at_its_last_mark():
+    stop, marks = threading.Event(), RecordedMarks()
+    layers = ForwardLayers(2, marks)
+    layers.written(1)
+    layers.written(2)
+    layers.written(2)  # a repeated count adds no mark
+    layers.finish(True)
+    marks.done = 2
+    assert layers.wait(0, stop) == 2 and "device drained" not in marks.waited
+
+
 @pytest.mark.parametrize("mode", ["int8", "lynx", "bf16"])
 def test_a_segment_streamed_layer_by_layer_sends_exactly_the_frames_of_a_whole_send(mode):
     side = ready_side(mode=mode)
