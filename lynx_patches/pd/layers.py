@@ -188,12 +188,20 @@ def may_be_deduplicated(
     return False
 
 
+def streams_layers_of(batch) -> bool:
+    """Whether a forward of `batch` may report its layers as written: an extend forward run whole,
+    not split across calls (PD multiplexing) nor into two overlapped micro-batches, whose second
+    writes a layer after the first reported it."""
+    mode = batch.forward_mode
+    return mode.is_extend() and not mode.is_split_prefill() and getattr(batch, "tbo_split_seq_index", None) is None
+
+
 def run_batch(original, scheduler, batch, *args, **kwargs):
     """AROUND `Scheduler.run_batch`: on a Lynx prefill server, the segments this forward completes
     are encoded and sent layer by layer while it runs."""
     manager = manager_of(scheduler)
     prefill = manager is not None and not manager.is_decode and manager.side.streams_layers
-    if not prefill or batch is None or not batch.forward_mode.is_extend() or batch.forward_mode.is_split_prefill():
+    if not prefill or batch is None or not streams_layers_of(batch):
         return original(scheduler, batch, *args, **kwargs)
     layers = manager.side.begin_forward(
         computed_chunks(batch, scheduler.req_to_token_pool.req_to_token, scheduler.page_size)

@@ -163,7 +163,7 @@ class WireFormat:
             layer = [torch.cat(encoded.streams)] if self.joined else encoded.streams
             for stream, data in zip(per_stream, layer, strict=True):
                 stream.append(data)
-        return [torch.cat(parts).cpu() for parts in per_stream]
+        return [to_host(torch.cat(parts)) for parts in per_stream]
 
     def write(
         self,
@@ -241,3 +241,15 @@ class WireFormat:
 def _typed(data: torch.Tensor, shape: KVShape, pool: torch.Tensor) -> torch.Tensor:
     values = data.to(pool.device).view(shape.dtype)
     return values.reshape(shape.num_tokens, shape.kv_heads, shape.head_dim).to(pool.dtype)
+
+
+def to_host(data: torch.Tensor) -> torch.Tensor:
+    """`data` on the CPU. From a CUDA GPU the copy goes into page-locked memory, which PyTorch
+    caches: on an H200 copying 32 MiB into pageable memory took 26-31 ms (about 1.1 GB/s), into
+    page-locked memory 0.64 ms."""
+    if data.device.type != "cuda":
+        return data.cpu()
+    host = torch.empty(data.shape, dtype=data.dtype, pin_memory=True)
+    host.copy_(data)
+    return host
+

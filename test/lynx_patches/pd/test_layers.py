@@ -9,7 +9,7 @@ import pytest
 from lynx.transfer.frames import AUX_STREAM, HEADER_BYTES, HEADER_STRUCT, alive_room
 from pd_fakes import AUX_LENS, LAYERS, decode_registration, recording_prefill_side, room_metadata, wait_for
 
-from lynx_patches.pd.layers import ForwardLayers
+from lynx_patches.pd.layers import ForwardLayers, streams_layers_of
 
 TOKENS = 20
 SLOTS = np.arange(10, 10 + TOKENS)
@@ -275,3 +275,17 @@ def test_only_the_later_of_two_equal_requests_in_a_batch_is_left_out():
     same = list(range(50))
     batch = SimpleNamespace(reqs=[req(1, 0, same), req(2, 1, list(same)), req(3, 2, same[::-1])])
     assert [room for room, _ in computed_chunks(batch, torch.arange(3 * 60).view(3, 60), 1)] == [1, 3]
+
+
+def test_only_an_extend_forward_run_whole_reports_its_layers():
+    from types import SimpleNamespace
+
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    def batch(mode, split=None):
+        return SimpleNamespace(forward_mode=mode, tbo_split_seq_index=split)
+
+    assert streams_layers_of(batch(ForwardMode.EXTEND))
+    assert not streams_layers_of(batch(ForwardMode.DECODE))
+    assert not streams_layers_of(batch(ForwardMode.SPLIT_PREFILL)), "PD multiplexing runs a forward's layers in parts"
+    assert not streams_layers_of(batch(ForwardMode.EXTEND, split=2)), "two micro-batches write each layer in turn"
