@@ -306,9 +306,10 @@ def measure_tiles(args: argparse.Namespace, specs: dict, device: str = "cuda") -
     return rows
 
 
-def print_table(rows: list[dict]) -> None:
+def print_table(rows: list[dict], digits: int = 3) -> None:
+    """`rows` as right-aligned columns, floats with `digits` decimals."""
     columns = list(rows[0]) if rows else []
-    cells = [[f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c]) for c in columns] for row in rows]
+    cells = [[f"{row[c]:.{digits}f}" if isinstance(row[c], float) else str(row[c]) for c in columns] for row in rows]
     widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
     for line in cells:

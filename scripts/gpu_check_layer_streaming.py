@@ -36,6 +36,7 @@ import time
 
 import numpy as np
 import torch
+from gpu_check_kernels import print_table
 from pd_fakes import Recorder
 
 TIMES = {  # medians over the streamed runs, from the forward's first launch
@@ -252,7 +253,7 @@ def main() -> int:
                 failures.append(f"{mode} ({stream_name} stream): streamed messages differ from a whole send")
             if not overlap:
                 failures.append(f"{mode} ({stream_name} stream): no KV frame left before the forward ended")
-    print_table(rows)
+    print_table(rows, digits=1)
     for failure in failures:
         print(f"FAILED {failure}")
     print(f"layer streaming: {'; '.join(failures) if failures else 'exact, and under way before the forward ends'}")
@@ -271,15 +272,6 @@ def main() -> int:
             json.dump(result, handle, indent=2)
         print(f"wrote {args.json}")
     return EXIT_FAILED if failures else 0
-
-
-def print_table(rows: list[dict]) -> None:
-    columns = list(rows[0]) if rows else []
-    cells = [[f"{row[c]:.1f}" if isinstance(row[c], float) else str(row[c]) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns)]
-    print("  ".join(c.rjust(w) for c, w in zip(columns, widths)))
-    for line in cells:
-        print("  ".join(cell.rjust(w) for cell, w in zip(line, widths)))
 
 
 if __name__ == "__main__":
