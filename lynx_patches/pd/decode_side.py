@@ -13,9 +13,11 @@ write fence (`RoomTable.writing`: whoever releases the room waits for the
 write, and a failed or closing room is never written), then the room is
 reported done and SGLang starts decoding. In one-stream modes that is the
 whole KV. In ``lynx`` mode the residual keeps streaming in: a segment whose
-residual lands before the request decodes is upgraded by the data thread
-(nothing reads its slots yet); after that the scheduler thread applies each
-landed segment between forward passes (`apply_residual`, `take_landed`).
+residual lands while a later segment's anchor is still due (the prefill still
+computes) is upgraded by the data thread (nothing reads its slots yet); the
+others, by the scheduler thread between forward passes once the request
+decodes (`apply_residual`, `take_landed`), so no upgrade delays the metadata
+that completes the anchor.
 
 Under tensor parallelism a decode rank holds a share of the KV heads
 (`PoolView.shard`). When the prefill server runs more ranks than the decode
@@ -351,10 +353,12 @@ class DecodeSide:
             if self._write(entry, assembly, None):
                 self._requests.if_anchored(request, self._host.succeed)
             return
-        if self.wire.num_streams == 1:
+        if self.wire.num_streams == 1 or len(assembly.anchors_written) == assembly.num_segments:
             return
         # Until the request decodes no forward pass reads its slots: a segment whose residual
         # landed while the prefill still computes is upgraded here, not after the first token.
+        # Once every anchor is in, only the metadata is due (right after the prefill's last
+        # forward): landed residuals are then left to the scheduler thread, not put before it.
         for k in assembly.upgradable():
             if not self._write(entry, assembly, k, upgrade=True):
                 return

@@ -9,7 +9,7 @@ import torch
 from pd_fakes import AUX_LENS, SECRET, SHARD, DecodeHost, FakePool, PrefillHost, config, wait_for
 
 from lynx.manifest import wire_version
-from lynx.transfer.frames import HEADER_STRUCT
+from lynx.transfer.frames import AUX_STREAM, HEADER_STRUCT
 from lynx.transfer.rooms import RoomState
 from lynx.transfer.transport import Transport
 from lynx_patches.pd.control import DecodeRegistration, RoomMetadata
@@ -133,6 +133,24 @@ def test_a_residual_that_lands_before_its_anchor_is_whole_is_applied_right_after
     for now, full in zip(pair.target.snapshot(DST), whole_transfer(2)):
         assert torch.equal(now[segment0], full[segment0]), "upgraded as soon as its anchor was written"
     assert pair.decode.room_state(ROOM) is RoomState.RECEIVING
+
+
+def test_residuals_landing_after_every_anchor_wait_for_the_scheduler_not_before_the_metadata(pair):
+    pair.chunk(0, 100, last=False)
+    pair.deliver()  # segment 0, anchor and residual, while the prefill computes: upgraded at once
+    pair.chunk(100, TOKENS, last=True)
+    sent, pair.prefill.transport.sent[:] = list(pair.prefill.transport.sent), []
+    aux = [m for m in sent if _stream_and_segment(m) == (AUX_STREAM, 0)]
+    for parts in [m for m in sent if m not in aux]:  # a streamed forward's order: its residual, then the metadata
+        pair.decode._on_message(parts)
+    assert _split(pair.target.snapshot(DST), _tokens(0, 68)), "segments 1 and 2 keep their anchor"
+    assert pair.decode_host.succeeded == []
+    for parts in aux:
+        pair.decode._on_message(parts)
+    assert pair.decode_host.succeeded == [ROOM]
+    assert _split(pair.target.snapshot(DST), _tokens(0, 68))
+    assert pair.decode.apply_residual(ROOM)
+    assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(2)))
 
 
 def test_residual_segments_are_applied_one_by_one_as_they_land(pair):
