@@ -62,26 +62,31 @@ def anchor_codes(position: torch.Tensor, anchor_bits: int) -> torch.Tensor:
 def anchor_cell(codes: torch.Tensor, anchor_bits: int) -> Cell:
     """The cell each anchor code leaves (see the module docstring)."""
     top = (1 << anchor_bits) - 1
-    side = torch.where(codes == 0, 1.0, torch.where(codes == top, -1.0, 0.0))
-    return Cell(codes.float(), torch.where(side == 0, 1.0, 0.5), side)
+    level = codes.float()
+    # +1 at code 0, -1 at code `top`, 0 between, and the widths 1 / 0.5 that go with them:
+    # exact small-integer float arithmetic, several times cheaper on a CPU than comparisons
+    # and selections of boolean tensors.
+    side = (1.0 - level).clamp_(min=0.0) - (level - (top - 1)).clamp_(min=0.0)
+    return Cell(level, 1.0 - 0.5 * side.abs(), side)
 
 
 def refine_codes(position: torch.Tensor, cell: Cell, bits: int) -> torch.Tensor:
     """Codes of a ``bits``-wide stage: the index of the sub-cell of ``cell`` holding ``position``, int32."""
-    count = 1 << bits
-    step = _step(cell, count)
+    count, centred = 1 << bits, cell.side == 0
+    step = _step(cell, count, centred)
     offset = position - cell.level
-    offset = torch.where(cell.side == 0, offset, cell.side * offset)
-    bias = torch.where(cell.side == 0, count / 2, 0.5)
+    offset = torch.where(centred, offset, cell.side * offset)
+    bias = torch.where(centred, count / 2, 0.5)
     return torch.floor(offset / step + bias).clamp_(0, count - 1).to(torch.int32)
 
 
 def refine(cell: Cell, codes: torch.Tensor, bits: int) -> Cell:
     """The cell a ``bits``-wide stage's ``codes`` (int tensor of the cell's shape) leave inside ``cell``."""
-    step = _step(cell, 1 << bits)
+    centred = cell.side == 0
+    step = _step(cell, 1 << bits, centred)
     first = codes == 0
-    width = torch.where((cell.side != 0) & first, step * 0.5, step)
-    return Cell(_level(cell, codes, bits, step), width, torch.where(first, cell.side, 0.0))
+    width = torch.where(~centred & first, step * 0.5, step)
+    return Cell(_level(cell, codes, bits, step, centred), width, torch.where(first, cell.side, 0.0))
 
 
 def stage_codes(position: torch.Tensor, stage_bits: Sequence[int]) -> list[torch.Tensor]:
@@ -97,6 +102,8 @@ def stage_codes(position: torch.Tensor, stage_bits: Sequence[int]) -> list[torch
     """
     _check_stage_bits(stage_bits)
     codes = [anchor_codes(position, stage_bits[0])]
+    if len(stage_bits) == 1:
+        return codes
     cell = anchor_cell(codes[0], stage_bits[0])
     for index, bits in enumerate(stage_bits[1:], 1):
         codes.append(refine_codes(position, cell, bits))
@@ -127,10 +134,10 @@ def stage_levels(codes: Sequence[torch.Tensor], stage_bits: Sequence[int]) -> to
     if len(codes) == 1:
         return codes[0].float()
     widths = tuple(stage_bits[: len(codes)])
-    index = codes[0].to(torch.int64)
+    index = codes[0].int()  # at most 16 bits in all
     for stage, bits in zip(codes[1:], widths[1:]):
-        index = (index << bits) | stage.to(torch.int64)
-    return _level_table(widths, str(index.device))[index]
+        index = (index << bits) | stage.int()
+    return torch.take(_level_table(widths, str(index.device)), index.long())  # several times faster than [] on a CPU
 
 
 def levels_of_cells(codes: Sequence[torch.Tensor], stage_bits: Sequence[int]) -> torch.Tensor:
@@ -141,8 +148,8 @@ def levels_of_cells(codes: Sequence[torch.Tensor], stage_bits: Sequence[int]) ->
         cell = refine(cell, stage, bits)
     if len(codes) == 1:
         return cell.level
-    last = stage_bits[len(codes) - 1]
-    return _level(cell, codes[-1], last, _step(cell, 1 << last))
+    last, centred = stage_bits[len(codes) - 1], cell.side == 0
+    return _level(cell, codes[-1], last, _step(cell, 1 << last, centred), centred)
 
 
 def _combinations(widths: tuple[int, ...]) -> list[torch.Tensor]:
@@ -161,18 +168,20 @@ def _level_table(widths: tuple[int, ...], device: str) -> torch.Tensor:
     return levels_of_cells(_combinations(widths), widths).to(device)
 
 
-def _level(cell: Cell, codes: torch.Tensor, bits: int, step: torch.Tensor) -> torch.Tensor:
-    """Level of the sub-cell ``codes`` pick in ``cell``, whose sub-cells are ``step`` apart."""
+def _level(cell: Cell, codes: torch.Tensor, bits: int, step: torch.Tensor, centred: torch.Tensor) -> torch.Tensor:
+    """Level of the sub-cell ``codes`` pick in ``cell``, whose sub-cells are ``step`` apart
+    (``centred``: where ``cell.side == 0``, computed once by the caller)."""
     index = codes.float()
-    centred = (index - ((1 << bits) - 1) / 2) * step
+    middle = (index - ((1 << bits) - 1) / 2) * step
     sided = cell.side * (index * step)
-    return cell.level + torch.where(cell.side == 0, centred, sided)
+    return cell.level + torch.where(centred, middle, sided)
 
 
-def _step(cell: Cell, count: int) -> torch.Tensor:
-    centred = cell.width * (1.0 / count)
+def _step(cell: Cell, count: int, centred: torch.Tensor) -> torch.Tensor:
+    """The sub-cells' step when ``cell`` is split in ``count`` (``centred`` as in `_level`)."""
+    middle = cell.width * (1.0 / count)
     sided = divide(cell.width + cell.width, 2 * count - 1)
-    return torch.where(cell.side == 0, centred, sided)
+    return torch.where(centred, middle, sided)
 
 
 def _check_stage_bits(stage_bits: Sequence[int]) -> None:
