@@ -66,8 +66,8 @@ def anchor_cell(codes: torch.Tensor, anchor_bits: int) -> Cell:
     # +1 at code 0, -1 at code `top`, 0 between, and the widths 1 / 0.5 that go with them:
     # exact small-integer float arithmetic, several times cheaper on a CPU than comparisons
     # and selections of boolean tensors.
-    side = (1.0 - level).clamp_(min=0.0) - (level - (top - 1)).clamp_(min=0.0)
-    return Cell(level, 1.0 - 0.5 * side.abs(), side)
+    side = (1.0 - level).clamp_(min=0.0).sub_((level - (top - 1)).clamp_(min=0.0))
+    return Cell(level, side.abs().mul_(-0.5).add_(1.0), side)
 
 
 def refine_codes(position: torch.Tensor, cell: Cell, bits: int) -> torch.Tensor:
