@@ -417,7 +417,9 @@ def print_verdicts(entries: list[dict]) -> None:
     for e in entries:
         ratios = " ".join(f"{k}={v:.3f}" for k, v in e.items() if k.endswith(("_vs_int4", "_vs_int8", "_vs_floor")))
         verdict = {True: "met ", False: "MISS", None: "n/a "}[e["met"]]
-        print(f"{verdict} {e['link_gbps']:g} Gbps {e['prompt_tokens']} tokens {e['request_type']}: {ratios}")
+        paired = " ".join(f"{k}={v:.3f}" for k, v in e.get("paired", {}).items())
+        paired = f" (paired per request: {paired})" if paired else ""
+        print(f"{verdict} {e['link_gbps']:g} Gbps {e['prompt_tokens']} tokens {e['request_type']}: {ratios}{paired}")
 
 
 def _bf16():

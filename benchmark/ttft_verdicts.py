@@ -4,13 +4,18 @@ point of the sweep. Pure arithmetic on the rows."""
 
 from __future__ import annotations
 
+import statistics
+
 FLOOR = "floor"  # the rows of the single non-disaggregated server
 
 
 def verdicts(rows: list[dict]) -> list[dict]:
     """Per (link rate, prompt length, request type), at the first segment size: lynx t1 / int4 t1,
     lynx tN / int8 tN and lynx t1 / the floor's t1. Where the sweep ran pairs side by side
-    (rows with a ``group``), each ratio takes the ``lynx`` row timed beside the compared mode."""
+    (rows with a ``group``), each ratio takes the ``lynx`` row timed beside the compared mode, and
+    ``paired`` adds the median of the per-request ratios (repeat ``i`` of one mode against repeat
+    ``i`` of the other: the same prompt, seconds apart), which a drift of the machine's speed
+    across the run moves less than it moves the medians. The verdict (``met``) uses the medians."""
     served = (rows[0]["segment_tokens"], rows[0].get("transport")) if rows else (None, None)
     index: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -29,6 +34,9 @@ def verdicts(rows: list[dict]) -> list[dict]:
         for key in nth_keys([lynx8]):
             if key != "t1_s" and int8 and int8.get(key) and lynx8.get(key):
                 entry[f"{key[:-2]}_vs_int8"] = lynx8[key] / int8[key]
+        paired = _paired(lynx4, int4, ["t1_s"], "int4") | _paired(lynx8, int8, [k for k in nth_keys([lynx8]) if k != "t1_s"], "int8")
+        if paired:
+            entry["paired"] = paired
         later = [v for k, v in entry.items() if k.endswith("_vs_int8")]
         if "t1_vs_int4" in entry or later:  # None: no int4 or int8 row at this point to judge by
             entry["met"] = entry.get("t1_vs_int4", 0) <= 1.05 and all(v <= 1.0 for v in later)
@@ -37,6 +45,22 @@ def verdicts(rows: list[dict]) -> list[dict]:
         if floor and floor.get("t1_s") and lynx_rows[0].get("t1_s"):
             entry["t1_vs_floor"] = lynx_rows[0]["t1_s"] / floor["t1_s"]
         out.append(entry)
+    return out
+
+
+def _paired(lynx: dict, other: dict | None, keys: list[str], name: str) -> dict[str, float]:
+    """Per key, the median of lynx's run-by-run ratios to `other`'s when both rows were timed
+    side by side (one ``group``) over the same repeats; {} otherwise."""
+    if other is None or other.get("group") is None or lynx.get("group") != other.get("group"):
+        return {}
+    runs, other_runs = lynx.get("runs") or [], other.get("runs") or []
+    if not runs or len(runs) != len(other_runs):
+        return {}
+    out = {}
+    for key in keys:
+        ratios = [a[key] / b[key] for a, b in zip(runs, other_runs) if a.get(key) and b.get(key)]
+        if ratios:
+            out[f"{key[:-2]}_vs_{name}"] = statistics.median(ratios)
     return out
 
 

@@ -139,6 +139,24 @@ def test_side_by_side_verdicts_set_each_mode_against_the_lynx_row_timed_beside_i
     assert verdict["t8_vs_int8"] == pytest.approx(12.0 / 12.5) and verdict["met"]
 
 
+def test_side_by_side_verdicts_add_the_median_of_the_per_request_ratios():
+    sweep = _sweep()
+    lynx_runs = [{"t1_s": 10.0, "t8_s": 11.0}, {"t1_s": 12.0, "t8_s": 13.0}, {"t1_s": 9.0, "t8_s": 10.0}]
+    int4_runs = [{"t1_s": 10.0}, {"t1_s": 10.0}, {"t1_s": 10.0}]
+    int8_runs = [{"t1_s": 11.0, "t8_s": 11.0}, {"t1_s": 11.0, "t8_s": 12.0}, {"t1_s": 11.0, "t8_s": 9.5}]
+    rows = [
+        _row("lynx", "greedy", t1_s=10.0, t8_s=11.0, group=1, runs=lynx_runs),
+        _row("int4", "greedy", t1_s=10.0, group=1, runs=int4_runs),
+        _row("lynx", "greedy", t1_s=10.0, t8_s=11.0, group=2, runs=lynx_runs),
+        _row("int8", "greedy", t1_s=11.0, t8_s=11.0, group=2, runs=int8_runs),
+    ]
+    (verdict,) = sweep.verdicts(rows)
+    assert verdict["paired"] == pytest.approx({"t1_vs_int4": 1.0, "t8_vs_int8": 10.0 / 9.5})
+    assert verdict["t8_vs_int8"] == pytest.approx(1.0) and verdict["met"], "the verdict keeps the medians"
+    apart = [{**row, "group": None} for row in rows]
+    assert "paired" not in sweep.verdicts(apart)[0], "runs of deployments timed apart are not paired"
+
+
 def test_agreement_counts_the_requests_where_lynx_output_equals_int8s():
     sweep = _sweep()
     runs = lambda *texts: [{"text": t, "prompt_tokens": 1000} for t in texts]  # noqa: E731
