@@ -31,10 +31,11 @@ def verdicts(rows: list[dict]) -> list[dict]:
         entry = {"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind}
         if int4 and int4.get("t1_s") and lynx4.get("t1_s"):
             entry["t1_vs_int4"] = lynx4["t1_s"] / int4["t1_s"]
-        for key in nth_keys([lynx8]):
-            if key != "t1_s" and int8 and int8.get(key) and lynx8.get(key):
+        later_keys = [key for key in nth_keys([lynx8]) if key != "t1_s"]
+        for key in later_keys:
+            if int8 and int8.get(key) and lynx8.get(key):
                 entry[f"{key[:-2]}_vs_int8"] = lynx8[key] / int8[key]
-        paired = _paired(lynx4, int4, ["t1_s"], "int4") | _paired(lynx8, int8, [k for k in nth_keys([lynx8]) if k != "t1_s"], "int8")
+        paired = _paired(lynx4, int4, ["t1_s"], "int4") | _paired(lynx8, int8, later_keys, "int8")
         if paired:
             entry["paired"] = paired
         later = [v for k, v in entry.items() if k.endswith("_vs_int8")]

@@ -348,12 +348,13 @@ class DecodeSide:
             if k not in assembly.anchors_written and assembly.anchor_ready(k):
                 if not self._write(entry, assembly, k):
                     return
-        if len(assembly.anchors_written) == assembly.num_segments and assembly.aux_ready:
+        every_anchor = len(assembly.anchors_written) == assembly.num_segments
+        if every_anchor and assembly.aux_ready:
             request = entry.extra[REQUEST]
             if self._write(entry, assembly, None):
                 self._requests.if_anchored(request, self._host.succeed)
             return
-        if self.wire.num_streams == 1 or len(assembly.anchors_written) == assembly.num_segments:
+        if self.wire.num_streams == 1 or every_anchor:
             return
         # Until the request decodes no forward pass reads its slots: a segment whose residual
         # landed while the prefill still computes is upgraded here, not after the first token.
