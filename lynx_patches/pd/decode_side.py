@@ -12,12 +12,15 @@ dequantized values are written into the request's slots inside the table's
 write fence (`RoomTable.writing`: whoever releases the room waits for the
 write, and a failed or closing room is never written), then the room is
 reported done and SGLang starts decoding. In one-stream modes that is the
-whole KV. In ``lynx`` mode the residual keeps streaming in: a segment whose
-residual lands while a later segment's anchor is still due (the prefill still
-computes) is upgraded by the data thread (nothing reads its slots yet); the
-others, by the scheduler thread between forward passes once the request
-decodes (`apply_residual`, `take_landed`), so no upgrade delays the metadata
-that completes the anchor.
+whole KV. In ``lynx`` mode the residual keeps streaming in. The data thread
+upgrades each segment whose residual has landed (and whose anchor is
+written) in the gaps between messages, one layer at a time, so an upgrade
+never holds up a message (a later anchor, the metadata) for more than one
+layer's work. Until the request's verify pass nothing exact reads those
+slots: forward passes on anchor-time KV only draft tokens, and verify
+recomputes them. Once every stream has landed, the scheduler thread applies
+whatever is left before it verifies (`apply_residual`, `take_landed`).
+Every upgrade step holds the room's upgrade fence (`RoomTable.upgrading`).
 
 Under tensor parallelism a decode rank holds a share of the KV heads
 (`PoolView.shard`). When the prefill server runs more ranks than the decode
@@ -58,6 +61,7 @@ from lynx_patches.pd.pool import PoolView
 logger = logging.getLogger(__name__)
 
 RECV_POLL_S = 0.5
+UPGRADE_LAYERS_PER_STEP = 1  # between two looks for a waiting message
 
 
 class DecodeHost(Protocol):
@@ -95,6 +99,7 @@ class DecodeSide:
         self.supervisor = Supervisor(self._on_crash)
         self.dropped = 0
         self._handling: int | None = None  # the room the data thread's message names, while it handles it
+        self._upgrades: dict[int, None] = {}  # rooms (parts) with a landed residual to apply; data thread
 
     @property
     def data_endpoint(self) -> str:
@@ -195,14 +200,13 @@ class DecodeSide:
             self._host.cancel(room, entries[0].extra.get("endpoints", ()))
 
     def apply_residual(self, room: int) -> bool:
-        """Rewrite the slots of every landed residual segment with the full reconstruction.
-
-        Scheduler thread, between forward passes (the slots are read by the
-        next one); call it each iteration while the room is anchored: each
-        segment is applied once, as soon as its residual has landed. True once
-        every segment of every part is applied (the room is then complete),
-        and on every call after that (another decode rank may still be
+        """Once every stream of the request has landed, apply what the data thread has not yet
+        applied of its residual; True once every segment of every part is applied (the room
+        is then complete), and on every call after that (another decode rank may still be
         applying its own).
+
+        Scheduler thread, between forward passes (the next one may verify);
+        call it each iteration while the room is anchored.
         """
         entries = self._requests.entries(room)
         if None in entries:
@@ -212,13 +216,16 @@ class DecodeSide:
     def _apply_part(self, entry: Room) -> bool:
         if entry.state is RoomState.COMPLETE:
             return True
-        assembly = entry.assembly
-        if assembly is None or entry.state not in (RoomState.ANCHORED, RoomState.LANDED):
-            return False
-        for k in assembly.upgradable():  # every anchor is written once the room is anchored
-            self._upgrade(entry, assembly, k)
-        if len(assembly.residuals_applied) < assembly.num_segments:
-            return False
+        if entry.state is not RoomState.LANDED:
+            return False  # the data thread applies segments as they land
+        with self._rooms.upgrading(entry.room) as held:
+            if held is None:
+                return False
+            assembly = held.assembly
+            for k in assembly.upgradable():  # every anchor is written once the room is anchored
+                self._upgrade(held, assembly, k)
+            if len(assembly.residuals_applied) < assembly.num_segments:
+                return False
         return self._rooms.take_landed(entry.room) is not None
 
     def on_prefill_failure(self, room: int, reason: str) -> None:
@@ -234,12 +241,32 @@ class DecodeSide:
     # --- data thread ----------------------------------------------------------------------
 
     def _data_loop(self) -> None:
+        """Messages first; landed residuals are applied in the gaps between them."""
         while not self.supervisor.stop.is_set():
-            msg = self.listener.recv(timeout_s=RECV_POLL_S)
+            msg = self.listener.recv(timeout_s=0 if self._upgrades else RECV_POLL_S)
             if msg:
                 self._handling = message_room(msg)
                 self._on_message(msg)
                 self._handling = None
+            elif self._upgrades:
+                self._upgrade_step()
+
+    def _upgrade_step(self) -> bool:
+        """Apply the next layers of the first waiting residual segment; True while more wait."""
+        room = next(iter(self._upgrades))
+        self._handling = room
+        with self._rooms.upgrading(room) as entry:
+            assembly = None if entry is None else entry.assembly
+            segments = [] if assembly is None else assembly.upgradable()
+            if segments:
+                self._upgrade(entry, assembly, segments[0], UPGRADE_LAYERS_PER_STEP)
+                self.pool.synchronize()
+        self._handling = None
+        if segments and segments[0] in assembly.residuals_applied:
+            self.landed.set()  # a scheduler waiting for this residual looks again
+        if assembly is None or not assembly.upgradable():
+            del self._upgrades[room]
+        return bool(self._upgrades)
 
     def _on_message(self, msg: list[bytes]) -> None:
         room = manifest_room(msg)
@@ -336,6 +363,8 @@ class DecodeSide:
         self._rooms.progress(room)
         if entry.state is RoomState.RECEIVING:
             self._land_anchors(entry, assembly)
+        if self.wire.num_streams > 1 and assembly.upgradable():
+            self._upgrades[entry.room] = None
         if self._rooms.anchored(entry.room) and assembly.all_ready:
             self._rooms.all_landed(entry.room, complete=self.wire.num_streams == 1)
             self.landed.set()
@@ -348,31 +377,18 @@ class DecodeSide:
             if k not in assembly.anchors_written and assembly.anchor_ready(k):
                 if not self._write(entry, assembly, k):
                     return
-        every_anchor = len(assembly.anchors_written) == assembly.num_segments
-        if every_anchor and assembly.aux_ready:
+        if len(assembly.anchors_written) == assembly.num_segments and assembly.aux_ready:
             request = entry.extra[REQUEST]
             if self._write(entry, assembly, None):
                 self._requests.if_anchored(request, self._host.succeed)
-            return
-        if self.wire.num_streams == 1 or every_anchor:
-            return
-        # Until the request decodes no forward pass reads its slots: a segment whose residual
-        # landed while the prefill still computes is upgraded here, not after the first token.
-        # Once every anchor is in, only the metadata is due (right after the prefill's last
-        # forward): landed residuals are then left to the scheduler thread, not put before it.
-        for k in assembly.upgradable():
-            if not self._write(entry, assembly, k, upgrade=True):
-                return
 
-    def _write(self, entry: Room, assembly: SegmentedAssembly, segment: int | None, upgrade: bool = False) -> bool:
-        """Inside the room's write fence: one segment's anchor into the part's heads (or, `upgrade`,
-        its full reconstruction over the anchor), or (None) the metadata (part 0's; every part's
-        completes its anchor). False if the room may not be written any more."""
+    def _write(self, entry: Room, assembly: SegmentedAssembly, segment: int | None) -> bool:
+        """Inside the room's write fence: one segment's anchor into the part's heads, or (None)
+        the metadata (part 0's; every part's completes its anchor). False if the room may not be
+        written any more."""
         pool = self.pool
         with self._rooms.writing(entry.room, final=segment is None) as allowed:
-            if allowed and upgrade:
-                self._upgrade(entry, assembly, segment)
-            elif allowed and segment is not None:
+            if allowed and segment is not None:
                 self.wire.write([as_tensor(assembly.buffer(segment, 0))], *self._target(entry, segment))
                 assembly.anchors_written.add(segment)
             elif allowed and entry.extra[PART] == 0:
@@ -381,13 +397,18 @@ class DecodeSide:
                 pool.synchronize()
         return allowed
 
-    def _upgrade(self, entry: Room, assembly: SegmentedAssembly, segment: int) -> None:
-        """Rewrite one segment's anchor-only slots with the reconstruction from every stream. The
-        caller owns the slots: the data thread inside the write fence before the request decodes,
-        the scheduler thread between forward passes after."""
+    def _upgrade(self, entry: Room, assembly: SegmentedAssembly, segment: int, layers: int | None = None) -> None:
+        """Rewrite the next `layers` layers (default: all that are left) of one segment's
+        anchor-only slots with the reconstruction from every stream. The caller holds the
+        room's upgrade fence."""
+        shape, k_buffers, v_buffers, index = self._target(entry, segment)
+        first = assembly.layers_applied.get(segment, 0)
+        end = len(k_buffers) if layers is None else min(first + layers, len(k_buffers))
         streams = [as_tensor(assembly.buffer(segment, s)) for s in range(assembly.num_streams)]
-        self.wire.upgrade(streams, *self._target(entry, segment))
-        assembly.residuals_applied.add(segment)
+        self.wire.upgrade(streams, shape, k_buffers, v_buffers, index, range(first, end))
+        assembly.layers_applied[segment] = end
+        if end == len(k_buffers):
+            assembly.residuals_applied.add(segment)
 
     def _target(self, entry: Room, segment: int) -> tuple:
         """Where one segment goes: its shape, the part's K and V buffers, its slots' index."""

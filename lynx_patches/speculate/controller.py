@@ -7,11 +7,11 @@ never read by a forward pass in flight. Per iteration it:
 1. fails requests whose residual failed or timed out: held-back tokens are
    dropped, the client gets the reason, every slot is freed;
 2. verifies every request whose residual has landed, all in one pass:
-   upgrade each prompt's KV, recompute the held-back tokens in one forward
-   (`verify`), choose each position's token as step-by-step decoding would
-   (`predict`), keep the agreeing prefix plus the full-precision correction
-   and replay it through SGLang's finish rules (`commit`), free the rest, and
-   return the requests to SGLang's queue;
+   apply what the data thread left of each prompt's upgrade, recompute the
+   held-back tokens in one forward (`verify`), choose each position's token
+   as step-by-step decoding would (`predict`), keep the agreeing prefix plus
+   the full-precision correction and replay it through SGLang's finish rules
+   (`commit`), free the rest, and return the requests to SGLang's queue;
 3. streams the first token of requests that may not speculate (computed by
    the prefill on full KV) and holds them, and parks requests that reached
    their speculative cap, until their residual lands.

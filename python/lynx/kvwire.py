@@ -197,24 +197,30 @@ class WireFormat:
         k_pools: Sequence[torch.Tensor],
         v_pools: Sequence[torch.Tensor],
         token_indices: torch.Tensor,
+        layers: range | None = None,
     ) -> None:
         """Rewrite slots that hold anchor-only values with the full reconstruction.
 
-        `streams` are all of the mode's streams. The slots end up bit-identical
-        to `write` with every stream (the values are recomputed from the codes,
-        never incremented in place).
+        `streams` are all of the mode's streams; `layers`, the layers to
+        rewrite (all by default), so an upgrade can be done a few layers at a
+        time. The slots end up bit-identical to `write` with every stream (the
+        values are recomputed from the codes, never incremented in place).
         """
         if self.spec is None or len(streams) != self.num_streams:
             raise ValueError("upgrade needs every stream of a quantized mode")
-        for k_pool, v_pool, parts in self._layers(streams, shape, k_pools, v_pools):
+        for k_pool, v_pool, parts in self._layers(streams, shape, k_pools, v_pools, layers):
             scatter_upgrade(self._encoded(parts, shape), k_pool, v_pool, token_indices)
 
-    def _layers(self, streams, shape, k_pools, v_pools):
-        """Per layer: its pools and its slice of each stream, on the pools' device (none if no tokens)."""
+    def _layers(self, streams, shape, k_pools, v_pools, layers: range | None = None):
+        """Per layer (of `layers`, default all): its pools and its slice of each stream, on the
+        pools' device (none if no tokens)."""
+        if len(k_pools) != len(v_pools):
+            raise ValueError(f"{len(k_pools)} K pools but {len(v_pools)} V pools")
         if shape.num_tokens == 0:
             return
         bounds = self.layer_bounds(shape)
-        for layer, (k_pool, v_pool) in enumerate(zip(k_pools, v_pools, strict=True)):
+        for layer in range(len(k_pools)) if layers is None else layers:
+            k_pool, v_pool = k_pools[layer], v_pools[layer]
             yield k_pool, v_pool, [s[b[layer] : b[layer + 1]].to(k_pool.device) for s, b in zip(streams, bounds)]
 
     def _encoded(self, parts: list[torch.Tensor], shape: KVShape) -> EncodedKV:

@@ -13,6 +13,9 @@ deadline is measured with its one clock. The states, in order:
   behind another of the same sender is waiting, not stalled.
 * ``WRITING``: the receiver is writing the anchor into the slots. Closing a
   room waits for the write to end, so slots are never freed under a writer.
+  Upgrades (a landed residual rewriting anchor-only slots) are fenced the
+  same way (`upgrading`) but leave the state alone: they happen in
+  ``RECEIVING``, ``ANCHORED`` and ``LANDED``, one thread at a time.
 * ``ANCHORED``: the anchor is in the slots; later streams are still arriving.
 * ``LANDED``: every stream has arrived; the consumer takes the rest of the KV.
 * ``COMPLETE``: all of the KV is in the slots.
@@ -74,6 +77,8 @@ class Room:
         timings: seconds from ``since`` to ``manifest_s``, ``anchor_ready_s``,
             ``residual_ready_s``.
         owner: ``"transfer"`` or ``"consumer"`` (after `RoomTable.hand_over`).
+        closing: a `close` is waiting for a write or an upgrade to end.
+        upgrading: a thread is upgrading the room's slots (`RoomTable.upgrading`).
         extra: free for the embedding engine (e.g. peer endpoints to notify).
     """
 
@@ -91,6 +96,7 @@ class Room:
     timings: dict[str, float] = field(default_factory=dict)
     owner: str = "transfer"
     closing: bool = False
+    upgrading: bool = False
     extra: dict = field(default_factory=dict)
 
     @property
@@ -225,6 +231,31 @@ class RoomTable:
                         entry.state = RoomState.RECEIVING
                     self._cond.notify_all()
 
+    @contextmanager
+    def upgrading(self, room: int) -> Iterator[Room | None]:
+        """Fence an upgrade of the room's slots: yields the room if they may be upgraded (it is
+        live, receiving or past its anchor, and not closing), else None.
+
+        Waits while another thread upgrades the room, so its two upgraders (the
+        receiver's data thread between messages, the consumer before it reads
+        the slots) take turns. While inside, `close` waits and `fail` marks the
+        room failed (its slots stay reserved until the close).
+        """
+        with self._cond:
+            entry = self._rooms.get(room)
+            self._cond.wait_for(lambda: entry is None or not entry.upgrading)
+            upgradable = (RoomState.RECEIVING, RoomState.ANCHORED, RoomState.LANDED)
+            allowed = entry is not None and entry.state in upgradable and not entry.closing
+            if allowed:
+                entry.upgrading = True
+        try:
+            yield entry if allowed else None
+        finally:
+            if allowed:
+                with self._cond:
+                    entry.upgrading = False
+                    self._cond.notify_all()
+
     def anchored(self, room: int) -> bool:
         """Whether the room's anchor is in its slots (and it did not fail)."""
         with self._cond:
@@ -326,7 +357,7 @@ class RoomTable:
             if entry is None or (owner is not None and entry.owner != owner):
                 return None
             entry.closing = True
-            self._cond.wait_for(lambda: entry.state is not RoomState.WRITING)
+            self._cond.wait_for(lambda: entry.state is not RoomState.WRITING and not entry.upgrading)
             if entry.state in LIVE:
                 entry.state = RoomState.CLOSED
             entry.assembly = None

@@ -5,9 +5,10 @@ each sent as soon as the prefill has computed it; every segment has the
 mode's streams (anchor first), and the request's metadata is one more stream.
 `SegmentedAssembly` routes each frame to the `RequestAssembly` of its segment,
 so a segment's anchor can be written into its slots as soon as it is whole.
-It also records which segments' anchors have been written and which
-residuals applied (each set is touched by one thread only: the receiver's
-data thread, and the consumer's scheduler thread).
+It also records which segments' anchors have been written (by the receiver's
+data thread) and how far each residual is applied: a residual is applied a
+few layers at a time, by whichever thread holds the room's upgrade fence
+(`lynx.transfer.rooms.RoomTable.upgrading`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class SegmentedAssembly:
         self.num_streams = len(segment_sizes[0])
         self.anchors_written: set[int] = set()
         self.residuals_applied: set[int] = set()
+        self.layers_applied: dict[int, int] = {}  # segment -> layers upgraded so far, while partly
 
     @property
     def num_segments(self) -> int:

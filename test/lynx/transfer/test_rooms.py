@@ -147,6 +147,73 @@ def test_close_waits_for_the_write_in_progress_before_it_returns():
     assert order == ["write done", "closed"] and rooms.get(7) is None
 
 
+def _hold_upgrade(rooms, room=7):
+    """A thread inside the room's upgrade fence until the returned event is set."""
+    inside, release = threading.Event(), threading.Event()
+
+    def upgrader():
+        with rooms.upgrading(room) as entry:
+            assert entry is not None
+            inside.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=upgrader)
+    thread.start()
+    assert inside.wait(10)
+    return release, thread
+
+
+def test_upgrades_take_turns_keep_the_state_and_close_waits_for_one_in_progress():
+    rooms, _ = table()
+    anchored(rooms)
+    release, first = _hold_upgrade(rooms)
+    assert rooms.state(7) is RoomState.ANCHORED, "an upgrade leaves the state alone"
+    turns = []
+
+    def second():
+        with rooms.upgrading(7) as entry:
+            turns.append(entry is not None)
+
+    other = threading.Thread(target=second)
+    other.start()
+    other.join(0.2)
+    assert turns == [], "a second upgrader waits for the first"
+    release.set()
+    for thread in (first, other):
+        thread.join(10)
+    assert turns == [True]
+    release, first = _hold_upgrade(rooms)
+    rooms.fail(7, "lost")  # marks the room; its slots stay reserved until the close
+    closed = threading.Event()
+    closer = threading.Thread(target=lambda: (rooms.close(7), closed.set()))
+    closer.start()
+    assert not closed.wait(0.2), "close waits for the upgrade in progress"
+    release.set()
+    for thread in (first, closer):
+        thread.join(10)
+    assert closed.is_set() and rooms.get(7) is None
+
+
+def test_only_a_live_room_past_its_manifest_may_be_upgraded():
+    rooms, _ = table()
+    reserve(rooms)
+    with rooms.upgrading(7) as entry:
+        assert entry is None, "reserved: nothing received yet"
+    rooms.start_receiving(7, "m", "a")
+    with rooms.upgrading(7) as entry:
+        assert entry is not None and rooms.state(7) is RoomState.RECEIVING
+    rooms.fail(7, "bad frame")
+    with rooms.upgrading(7) as entry:
+        assert entry is None
+    anchored(rooms, room=8)
+    rooms.all_landed(8, complete=False)
+    with rooms.upgrading(8) as entry:
+        assert entry is not None
+    assert rooms.take_landed(8) is not None
+    with rooms.upgrading(8) as entry:
+        assert entry is None, "complete: nothing is left to upgrade"
+
+
 def test_a_room_closed_during_its_final_write_is_never_anchored():
     rooms, _ = table()
     reserve(rooms)

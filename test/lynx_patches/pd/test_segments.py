@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from pd_fakes import AUX_LENS, SECRET, SHARD, DecodeHost, FakePool, PrefillHost, config, wait_for
+from pd_fakes import AUX_LENS, LAYERS, SECRET, SHARD, DecodeHost, FakePool, PrefillHost, config, wait_for
 
 from lynx.manifest import wire_version
 from lynx.transfer.frames import AUX_STREAM, HEADER_STRUCT
@@ -57,10 +57,22 @@ class Pair:
         self.prefill.add_chunk(ROOM, SRC[start:end], last, 2, end - start)
         assert self.prefill.drain(30) and self.prefill.sender.wait_idle(30)
 
-    def deliver(self) -> None:
+    def deliver(self, gaps: bool = True) -> None:
+        """Hand over what was sent, then (`gaps`) let the data thread apply what landed."""
         sent, self.prefill.transport.sent[:] = list(self.prefill.transport.sent), []
         for parts in sent:
             self.decode._on_message(parts)
+        if gaps:
+            self.gaps()
+
+    def gaps(self) -> int:
+        """What the data thread does between messages: apply landed residuals, a layer a step.
+        Returns the number of steps."""
+        steps = 0
+        while self.decode._upgrades:
+            self.decode._upgrade_step()
+            steps += 1
+        return steps
 
     def close(self) -> None:
         self.prefill.close()
@@ -91,11 +103,13 @@ def pair():
     made.close()
 
 
-def _split(slots: list[torch.Tensor], upgraded: torch.Tensor) -> bool:
-    """Whether `slots` hold the full reconstruction where `upgraded`, the anchor-only one elsewhere."""
+def _split(slots: list[torch.Tensor], upgraded: torch.Tensor, first_layers: int = 0, more=None) -> bool:
+    """Whether `slots` hold the full reconstruction where `upgraded` (and, in the first
+    `first_layers` layers, where `more` too), the anchor-only one elsewhere."""
+    masks = [upgraded | more if i % LAYERS < first_layers else upgraded for i in range(2 * LAYERS)]
     return all(
-        torch.equal(now[upgraded], full[upgraded]) and torch.equal(now[~upgraded], anchor[~upgraded])
-        for now, anchor, full in zip(slots, whole_transfer(1), whole_transfer(2))
+        torch.equal(now[mask], full[mask]) and torch.equal(now[~mask], anchor[~mask])
+        for now, anchor, full, mask in zip(slots, whole_transfer(1), whole_transfer(2), masks, strict=True)
     )
 
 
@@ -114,7 +128,7 @@ def test_each_segment_is_written_as_soon_as_its_anchor_lands_and_decoding_waits_
     assert max(changed) == 68, "only segment 0's slots may hold KV yet"
     assert pair.decode_host.succeeded == [] and pair.decode.room_state(ROOM) is RoomState.RECEIVING
     pair.chunk(100, TOKENS, last=True)
-    pair.deliver()
+    pair.deliver(gaps=False)
     assert pair.decode_host.succeeded == [ROOM] and pair.prefill_host.succeeded == [ROOM]
     # Segment 0's residual landed while the prefill computed: upgraded before decoding began.
     assert _split(pair.target.snapshot(DST), _tokens(0, 68))
@@ -123,33 +137,41 @@ def test_each_segment_is_written_as_soon_as_its_anchor_lands_and_decoding_waits_
     assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(2)))
 
 
-def test_a_residual_that_lands_before_its_anchor_is_whole_is_applied_right_after_the_anchor_write(pair):
+def test_a_residual_that_lands_before_its_anchor_is_whole_is_applied_after_the_anchor_write(pair):
     pair.chunk(0, 100, last=False)
     sent, pair.prefill.transport.sent[:] = list(pair.prefill.transport.sent), []
     anchor = [m for m in sent if _stream_and_segment(m) == (0, 0)]
-    for parts in [m for m in sent if m not in anchor[-1:]] + anchor[-1:]:  # the anchor's last frame last
+    for parts in [m for m in sent if m not in anchor[-1:]]:  # the anchor's last frame last
         pair.decode._on_message(parts)
+    assert pair.gaps() == LAYERS, "segment 1 only: segment 0's anchor is not written yet"
+    pair.decode._on_message(anchor[-1])
+    assert pair.gaps() == LAYERS, "segment 0 in the next gaps, a layer at a time"
     segment0 = _tokens(0, 68)
     for now, full in zip(pair.target.snapshot(DST), whole_transfer(2)):
-        assert torch.equal(now[segment0], full[segment0]), "upgraded as soon as its anchor was written"
+        assert torch.equal(now[segment0], full[segment0])
     assert pair.decode.room_state(ROOM) is RoomState.RECEIVING
 
 
-def test_residuals_landing_after_every_anchor_wait_for_the_scheduler_not_before_the_metadata(pair):
+def test_messages_go_before_upgrades_and_an_upgrade_yields_between_layers(pair):
     pair.chunk(0, 100, last=False)
-    pair.deliver()  # segment 0, anchor and residual, while the prefill computes: upgraded at once
+    pair.deliver()
     pair.chunk(100, TOKENS, last=True)
     sent, pair.prefill.transport.sent[:] = list(pair.prefill.transport.sent), []
     aux = [m for m in sent if _stream_and_segment(m) == (AUX_STREAM, 0)]
     for parts in [m for m in sent if m not in aux]:  # a streamed forward's order: its residual, then the metadata
         pair.decode._on_message(parts)
-    assert _split(pair.target.snapshot(DST), _tokens(0, 68)), "segments 1 and 2 keep their anchor"
+    pair.decode._upgrade_step()  # one layer of the last segment in the gap before the metadata
     assert pair.decode_host.succeeded == []
     for parts in aux:
         pair.decode._on_message(parts)
-    assert pair.decode_host.succeeded == [ROOM]
-    assert _split(pair.target.snapshot(DST), _tokens(0, 68))
-    assert pair.decode.apply_residual(ROOM)
+    assert pair.decode_host.succeeded == [ROOM], "the metadata waited for one layer, not for the upgrades"
+    assert pair.decode.room_state(ROOM) is RoomState.LANDED
+    last = _tokens(*pair.config.wire.segments(TOKENS, 64)[2])
+    assert _split(pair.target.snapshot(DST), _tokens(0, 68), first_layers=1, more=last)
+    assert pair.decode.apply_residual(ROOM), "the scheduler applies the rest once all has landed"
+    assert pair.decode.room_state(ROOM) is RoomState.COMPLETE
+    assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(2)))
+    pair.gaps()  # the data thread finds nothing left
     assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(2)))
 
 
@@ -161,6 +183,7 @@ def test_residual_segments_are_applied_one_by_one_as_they_land(pair):
         if parts not in held:
             pair.decode._on_message(parts)
     assert pair.decode.room_state(ROOM) is RoomState.ANCHORED
+    pair.gaps()
     assert not pair.decode.apply_residual(ROOM)
     assert _split(pair.target.snapshot(DST), _tokens(*pair.config.wire.segments(TOKENS, 64)[1]))
     for parts in held:
