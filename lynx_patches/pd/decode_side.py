@@ -251,8 +251,8 @@ class DecodeSide:
             elif self._upgrades:
                 self._upgrade_step()
 
-    def _upgrade_step(self) -> bool:
-        """Apply the next layers of the first waiting residual segment; True while more wait."""
+    def _upgrade_step(self) -> None:
+        """Apply the next layers of the first waiting residual segment."""
         room = next(iter(self._upgrades))
         self._handling = room
         with self._rooms.upgrading(room) as entry:
@@ -261,12 +261,12 @@ class DecodeSide:
             if segments:
                 self._upgrade(entry, assembly, segments[0], UPGRADE_LAYERS_PER_STEP)
                 self.pool.synchronize()
+                remaining = assembly.upgradable()
         self._handling = None
         if segments and segments[0] in assembly.residuals_applied:
             self.landed.set()  # a scheduler waiting for this residual looks again
-        if assembly is None or not assembly.upgradable():
+        if not segments or not remaining:
             del self._upgrades[room]
-        return bool(self._upgrades)
 
     def _on_message(self, msg: list[bytes]) -> None:
         room = manifest_room(msg)
@@ -363,7 +363,7 @@ class DecodeSide:
         self._rooms.progress(room)
         if entry.state is RoomState.RECEIVING:
             self._land_anchors(entry, assembly)
-        if self.wire.num_streams > 1 and assembly.upgradable():
+        if self.wire.num_streams > 1 and entry.room not in self._upgrades and assembly.upgradable():
             self._upgrades[entry.room] = None
         if self._rooms.anchored(entry.room) and assembly.all_ready:
             self._rooms.all_landed(entry.room, complete=self.wire.num_streams == 1)
