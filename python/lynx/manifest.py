@@ -23,6 +23,7 @@ from lynx.transfer import frames
 MANIFEST_TAG = b"LYNX_MANIFEST"
 MANIFEST_VERSION = 5
 MAX_MANIFEST_BYTES = 4096
+MAX_MANIFEST_DEPTH = 2  # an object whose one list (stream_sizes) holds numbers
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _INT_FIELDS = (
     "room", "num_layers", "num_tokens", "kv_heads", "head_dim", "aux_size", "segment_tokens", "first_head",
@@ -102,7 +103,13 @@ class Manifest:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:
-        """Parse a body; ManifestError names what is wrong (types included)."""
+        """Parse a body; ManifestError names what is wrong (types included). A body over
+        `MAX_MANIFEST_BYTES`, or nested deeper than `MAX_MANIFEST_DEPTH`, is refused before parsing."""
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"a manifest of {len(data)} bytes exceeds {MAX_MANIFEST_BYTES}")
+        depth = json_depth(data)
+        if depth > MAX_MANIFEST_DEPTH:
+            raise ManifestError(f"a manifest nested {depth} deep; a manifest nests {MAX_MANIFEST_DEPTH} deep at most")
         try:
             fields = json.loads(data)
             if not isinstance(fields, dict):
@@ -179,6 +186,29 @@ def open_manifest(parts: list[bytes], key: bytes) -> Manifest:
     if manifest.room != room:
         raise ManifestError(f"manifest body names room {manifest.room}, its envelope room {room}")
     return manifest
+
+
+def json_depth(data: bytes) -> int:
+    """How deep the arrays and objects of a JSON text nest (brackets inside strings not counted),
+    in one pass without recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in bytes(data):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
 
 
 def dtype_name(dtype: torch.dtype) -> str:

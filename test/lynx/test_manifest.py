@@ -102,3 +102,20 @@ def test_dtype_names():
     assert dtype_name(torch.float16) == "float16"
     with pytest.raises(ValueError):
         dtype_name(torch.int8)
+
+
+@pytest.mark.parametrize("body", [b"[" * 2000 + b"]" * 2000, b'{"room": ' + b"{" * 1500 + b"}" * 1500 + b"}"])
+def test_deeply_nested_json_is_refused_before_it_is_parsed(body):
+    with pytest.raises(ManifestError, match="nested"):
+        Manifest.from_bytes(body)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    import json
+
+    from lynx.manifest import json_depth
+
+    body = json.loads(_manifest().to_bytes())
+    body["preset"] = 'int8 [[[{{\\"[[['
+    assert json_depth(json.dumps(body).encode()) == 2
+    assert Manifest.from_bytes(json.dumps(body).encode()).preset == body["preset"]

@@ -423,3 +423,18 @@ def test_the_prefill_still_computing_keeps_a_room_alive_and_a_forged_alive_does_
     deliver(side, [encode_alive(ROOM, b"z" * 32)])
     clock.now += 11
     assert "no progress" in side.check(ROOM) and side.dropped == 1
+
+
+def test_a_signed_manifest_of_deeply_nested_json_fails_the_room_and_the_data_thread_lives(lynx_side):
+    from lynx.manifest import MANIFEST_TAG
+    from lynx.transfer.frames import seal
+
+    side, host, _ = lynx_side
+    key = reserve(side)
+    other_key = reserve(side, room=7, slots=range(0, 20))
+    body = b"[" * 2000 + b"]" * 2000
+    deliver(side, [seal(key, [MANIFEST_TAG, ROOM.to_bytes(8, "big"), body])])  # raises nothing
+    assert len(host.failures) == 1 and host.failures[0][0] == ROOM and "nested" in host.failures[0][1]
+    manifest, frames = messages(side, other_key, room=7)
+    deliver(side, [manifest.seal(other_key)] + frames[255] + frames[0])
+    assert host.succeeded == [7]
