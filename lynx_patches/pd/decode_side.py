@@ -46,8 +46,8 @@ from lynx.transfer.frames import (
     FrameError,
     alive_room,
     decode_frame,
+    open_alive,
     peek_room,
-    verify_alive,
 )
 from lynx.transfer.keys import new_nonce, transfer_key
 from lynx.transfer.parts import PART, REQUEST, PartedRooms
@@ -206,12 +206,19 @@ class DecodeSide:
         applying its own).
 
         Scheduler thread, between forward passes (the next one may verify);
-        call it each iteration while the room is anchored.
+        call it each iteration while the room is anchored. Whatever goes wrong
+        applying it fails this request (False; `check` then names why), never
+        the caller.
         """
         entries = self._requests.entries(room)
         if None in entries:
             return False
-        return all([self._apply_part(entry) for entry in entries])
+        try:
+            return all([self._apply_part(entry) for entry in entries])
+        except Exception as exc:
+            logger.exception("Lynx decode: applying the residual of room %s failed", room)
+            self._fail(room, f"applying the residual KV failed ({type(exc).__name__}: {exc})")
+            return False
 
     def _apply_part(self, entry: Room) -> bool:
         if entry.state is RoomState.COMPLETE:
@@ -221,7 +228,7 @@ class DecodeSide:
         with self._rooms.upgrading(entry.room) as held:
             if held is None:
                 return False
-            assembly = held.assembly
+            assembly = held.assembly  # kept until the room is closed, which waits for this fence
             for k in assembly.upgradable():  # every anchor is written once the room is anchored
                 self._upgrade(held, assembly, k)
             if len(assembly.residuals_applied) < assembly.num_segments:
@@ -278,11 +285,14 @@ class DecodeSide:
         self._on_frame(msg)
 
     def _on_alive(self, room: int, msg: list[bytes]) -> None:
-        """The prefill is still computing the room's tokens: silence meanwhile is not a stall."""
+        """The prefill is still computing the room's tokens: silence meanwhile is not a stall. Only
+        a counter above every one seen for the room counts (a replayed message does not)."""
         entry = self._rooms.get(room)
-        if entry is None or not verify_alive(msg, entry.key):
+        counter = None if entry is None else open_alive(msg, entry.key)
+        if counter is None:
             return self._drop(room, "an alive message for no room of this rank, or with a bad MAC")
-        self._rooms.progress(room)
+        if not self._rooms.progress(room, alive=counter):
+            return self._drop(room, f"an alive message for an ended room, or replayed (counter {counter} not above the last)")
 
     def _on_crash(self, name: str, error: str) -> None:
         """Fail the room whose message the data thread was handling; every live room if none is known."""
@@ -309,9 +319,11 @@ class DecodeSide:
         logger.warning("Lynx decode: dropped a message for room %s: %s", room, why)
 
     def _on_manifest(self, room: int, msg: list[bytes]) -> None:
+        """Accept the room's one manifest: what it says is checked, then set with the transition
+        to RECEIVING, never for a room past RESERVED (a later manifest changes nothing)."""
         entry = self._rooms.get(room)
-        if entry is None:
-            return self._drop(room, "no such reservation on this rank")
+        if entry is None or entry.state is not RoomState.RESERVED:
+            return self._drop(room, "a manifest for no reserved room of this rank (replayed, late or unknown)")
         try:
             manifest = open_manifest(msg, entry.key)
         except ManifestAuthError as exc:
@@ -328,10 +340,11 @@ class DecodeSide:
             problem = f"aux of {manifest.aux_size} bytes, this server's metadata rows are different"
         if problem is not None:
             return self._fail(room, problem)
-        entry.extra["heads"] = (offset, manifest.kv_heads)
-        entry.extra["segments"] = self.wire.segment_shapes(manifest.shape, manifest.segment_tokens)
+        segments = self.wire.segment_shapes(manifest.shape, manifest.segment_tokens)
         assembly = SegmentedAssembly(room, manifest.segment_sizes(self.wire), manifest.aux_size)
-        problem = self._rooms.start_receiving(room, manifest, assembly)
+        cap_s = self.config.transfer_timeout * (manifest.frame_count(self.wire, self.config.chunk_bytes) + len(segments))
+        placed = {"heads": (offset, manifest.kv_heads), "segments": segments}
+        problem = self._requests.start_receiving(room, manifest, assembly, cap_s=cap_s, extra=placed)
         if problem is not None:
             return self._drop(room, problem)
         problem = self._coverage(entry.extra[REQUEST])

@@ -18,6 +18,7 @@ metadata of rooms no request ever claimed here.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from typing import Protocol
@@ -83,6 +84,7 @@ class PrefillSide:
             submit_timeout_s=0,
         )
         self.supervisor = Supervisor(self._on_crash)
+        self._alive_counter = itertools.count()  # one for every alive message this rank sends
         self.encoder = PrefillEncoder(
             config, wire, secret, host, self._rooms, self.sender, self.supervisor.stop,
             route=lambda meta: self.routes[meta.session_id],
@@ -250,13 +252,13 @@ class PrefillSide:
 
     def _alive_loop(self) -> None:
         """While an announced room's prefill is still computing, tell its decode ranks so every
-        `ALIVE_EVERY_S` (their no-progress timeout then only fires on a real stall); `purge`
-        every `PURGE_EVERY_S`."""
+        `ALIVE_EVERY_S` (their no-progress timeout then only fires on a real stall), each message
+        with a counter of its own (a replayed one is refused); `purge` every `PURGE_EVERY_S`."""
         last_purge = self._clock()
         while not self.supervisor.stop.wait(ALIVE_EVERY_S):
             for _, peers in self._rooms.announced():
                 for endpoint, key, wire in peers:
-                    self.sender.submit_message(endpoint, wire, encode_alive(wire, key))
+                    self.sender.submit_message(endpoint, wire, encode_alive(wire, next(self._alive_counter), key))
             if self._clock() - last_purge > PURGE_EVERY_S:
                 self.purge()
                 last_purge = self._clock()

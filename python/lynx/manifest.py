@@ -42,7 +42,7 @@ class ManifestAuthError(ManifestError):
 
 def wire_version() -> str:
     """What a peer must speak to exchange KV with this one (named in refusals)."""
-    return f"manifest v{MANIFEST_VERSION}, codec format v{FORMAT_VERSION}"
+    return f"manifest v{MANIFEST_VERSION}, codec format v{FORMAT_VERSION}, alive v{frames.ALIVE_VERSION}"
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,11 @@ class Manifest:
     def segment_sizes(self, wire: WireFormat) -> list[tuple[int, ...]]:
         """Per segment, the byte size of each of its streams."""
         return [wire.stream_sizes(part) for part in wire.segment_shapes(self.shape, self.segment_tokens)]
+
+    def frame_count(self, wire: WireFormat, chunk_bytes: int) -> int:
+        """The frames this transfer takes at `chunk_bytes` per frame (an empty stream still takes one)."""
+        sizes = [size for segment in self.segment_sizes(wire) for size in segment] + [self.aux_size]
+        return sum(max(1, -(-size // chunk_bytes)) for size in sizes)
 
 
 def manifest_room(parts: list[bytes]) -> int | None:

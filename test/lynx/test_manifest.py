@@ -119,3 +119,13 @@ def test_brackets_inside_strings_do_not_count_as_nesting():
     body["preset"] = 'int8 [[[{{\\"[[['
     assert json_depth(json.dumps(body).encode()) == 2
     assert Manifest.from_bytes(json.dumps(body).encode()).preset == body["preset"]
+
+
+def test_the_frame_count_covers_every_stream_of_every_segment_and_the_metadata():
+    wire = WireFormat.for_mode("lynx", "int8")
+    manifest = _manifest(segment_tokens=64)
+    sizes = [size for segment in manifest.segment_sizes(wire) for size in segment]
+    assert len(sizes) == 4  # two segments of two streams
+    chunk = max(sizes) // 2 + 1
+    assert manifest.frame_count(wire, chunk) == sum(1 if size <= chunk else 2 for size in sizes) + 1
+    assert manifest.frame_count(wire, 1 << 30) == 5

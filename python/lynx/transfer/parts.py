@@ -6,7 +6,8 @@ manifest, frames and state machine) under its own wire id
 (`lynx.heads.transfer_room`; part 0 keeps the request's id). `PartedRooms`
 answers for the request as a whole: its state is its least advanced part's
 (FAILED if any part failed), its milestones its last part's, and failing or
-closing it fails or closes every part. A request of one part is just its room.
+closing it fails or closes every part; once one part starts receiving, every
+part's deadline runs. A request of one part is just its room.
 """
 
 from __future__ import annotations
@@ -67,6 +68,15 @@ class PartedRooms:
         if RoomState.FAILED in states:
             return RoomState.FAILED
         return min(states, key=_ORDER.index)
+
+    def start_receiving(self, wire: int, manifest, assembly, **placed) -> str | None:
+        """`RoomTable.start_receiving` of one part; once one starts, every part of its request is
+        armed (`RoomTable.arm`): a part that never announces fails the request in time."""
+        problem = self.table.start_receiving(wire, manifest, assembly, **placed)
+        if problem is None:
+            for other in self.parts(self.request_of(wire)):
+                self.table.arm(other)
+        return problem
 
     def anchored(self, request: int) -> bool:
         return all(self.table.anchored(wire) for wire in self.parts(request))

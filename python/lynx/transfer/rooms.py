@@ -5,12 +5,13 @@ deadline is measured with its one clock. The states, in order:
 
 * ``RESERVED``: slots reserved and a transfer nonce issued; waiting for the
   sender's manifest. No Lynx deadline yet: the prefill may queue or compute
-  for minutes (the serving engine's own waiting timeout applies).
-* ``RECEIVING``: the manifest was accepted; frames are arriving. The deadline
-  is armed: ``timeout`` seconds without progress fails the room. Progress is
-  the manifest, then anything accepted from the room's sender (`progress`):
-  one sender's link carries its rooms one after another, so a room queued
-  behind another of the same sender is waiting, not stalled.
+  for minutes (the serving engine's own waiting timeout applies), unless
+  another part of the same request has started (`arm`).
+* ``RECEIVING``: the manifest was accepted; frames are arriving. Two
+  deadlines run: ``timeout`` seconds without progress of the room itself
+  (its manifest, its frames, a fresh alive message from its sender:
+  `progress`) fail it, and so does its cap, a bound on the whole
+  transfer set from the manifest (`start_receiving`).
 * ``WRITING``: the receiver is writing the anchor into the slots. Closing a
   room waits for the write to end, so slots are never freed under a writer.
   Upgrades (a landed residual rewriting anchor-only slots) are fenced the
@@ -31,7 +32,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -72,7 +73,12 @@ class Room:
         state, failure: see the module docstring.
         deadline: clock time at which the room fails for lack of progress;
             None while no deadline is armed.
-        assembly: the streams being received (set with the manifest).
+        cap: clock time by which the whole transfer must have landed (set
+            with the manifest); None without one.
+        alive_counter: the counter of the last alive message accepted for
+            the room (`RoomTable.progress`); -1 before the first.
+        assembly: the streams being received: set with the manifest, kept
+            until the room is closed (or complete), whatever fails meanwhile.
         manifest: the accepted manifest.
         timings: seconds from ``since`` to ``manifest_s``, ``anchor_ready_s``,
             ``residual_ready_s``.
@@ -91,6 +97,8 @@ class Room:
     state: RoomState = RoomState.RESERVED
     failure: str | None = None
     deadline: float | None = None
+    cap: float | None = None
+    alive_counter: int = -1
     assembly: object | None = None
     manifest: object | None = None
     timings: dict[str, float] = field(default_factory=dict)
@@ -172,8 +180,11 @@ class RoomTable:
             self._rooms[entry.room] = entry
             return entry
 
-    def start_receiving(self, room: int, manifest, assembly) -> str | None:
-        """RESERVED -> RECEIVING with the accepted manifest; arms the deadline.
+    def start_receiving(
+        self, room: int, manifest, assembly, *, cap_s: float | None = None, extra: Mapping | None = None
+    ) -> str | None:
+        """RESERVED -> RECEIVING with the accepted manifest; arms the deadline, and the cap
+        `cap_s` seconds from now; `extra` goes into `Room.extra` (what the manifest placed).
 
         Returns why the room cannot start receiving (then nothing changed), or None.
         """
@@ -183,23 +194,38 @@ class RoomTable:
                 what = "not reserved" if entry is None else f"already {entry.state.value}"
                 return f"a manifest for room {room}, which is {what}: ignored (replayed or late)"
             entry.manifest, entry.assembly = manifest, assembly
+            entry.extra.update(extra or {})
             entry.state = RoomState.RECEIVING
             now = self.clock()
-            entry.deadline = now + self.timeout
+            entry.cap = None if cap_s is None else now + cap_s
+            entry.deadline = self._next_deadline(entry, now)
             entry.timings["manifest_s"] = now - entry.since
             entry.timings["transferred_tokens"] = entry.num_tokens
             return None
 
-    def progress(self, room: int) -> None:
-        """Something of the room was accepted: push back the deadline of every room of its sender."""
+    def arm(self, room: int) -> None:
+        """Start the no-progress deadline of a RESERVED room (another part of its request started)."""
         with self._cond:
             entry = self._rooms.get(room)
-            if entry is None:
-                return
-            deadline = self.clock() + self.timeout
-            for other in self._rooms.values():
-                if other.peer == entry.peer and other.deadline is not None and other.state in LIVE:
-                    other.deadline = deadline
+            if entry is not None and entry.state is RoomState.RESERVED and entry.deadline is None:
+                entry.deadline = self.clock() + self.timeout
+
+    def progress(self, room: int, alive: int | None = None) -> bool:
+        """Something of the room was accepted: push back its deadline (never past its cap). For an
+        alive message, `alive` is its counter: it must be above every one accepted for the room
+        before, else nothing changes (a replayed or older one) and False is returned."""
+        with self._cond:
+            entry = self._rooms.get(room)
+            if entry is None or entry.state not in LIVE or (alive is not None and alive <= entry.alive_counter):
+                return False
+            entry.alive_counter = entry.alive_counter if alive is None else alive
+            if entry.deadline is not None:
+                entry.deadline = self._next_deadline(entry, self.clock())
+            return True
+
+    def _next_deadline(self, entry: Room, now: float) -> float:
+        deadline = now + self.timeout
+        return deadline if entry.cap is None else min(deadline, entry.cap)
 
     @contextmanager
     def writing(self, room: int, final: bool = True) -> Iterator[bool]:
@@ -315,7 +341,7 @@ class RoomTable:
             entry = self._rooms.get(room)
             if entry is None or entry.state not in LIVE or entry.failure is not None:
                 return False
-            entry.failure, entry.assembly, entry.deadline = reason, None, None
+            entry.failure, entry.deadline = reason, None
             if entry.state is not RoomState.WRITING:
                 entry.state = RoomState.FAILED
             self._cond.notify_all()
@@ -327,16 +353,26 @@ class RoomTable:
             entry = self._rooms.get(room)
             if entry is None:
                 return None
-            if entry.deadline is not None and entry.state in LIVE and self.clock() > entry.deadline:
-                reason = (
-                    f"KV of the request made no progress for {self.timeout:g}s "
-                    "(--lynx-transfer-timeout); is the prefill server alive and the link up?"
-                )
-                entry.failure, entry.assembly, entry.deadline = reason, None, None
+            now = self.clock()
+            if entry.deadline is not None and entry.state in LIVE and now > entry.deadline:
+                reason = self._expiry(entry, now)
+                entry.failure, entry.deadline = reason, None
                 if entry.state is not RoomState.WRITING:
                     entry.state = RoomState.FAILED
                 self._cond.notify_all()
             return entry.failure
+
+    def _expiry(self, entry: Room, now: float) -> str:
+        if entry.cap is not None and now > entry.cap:
+            allowed = entry.cap - entry.since - entry.timings["manifest_s"]
+            return (
+                f"KV of the request did not all arrive within {allowed:.0f}s of its announcement, the most "
+                "its frames may take at one --lynx-transfer-timeout each; is the prefill server sending it?"
+            )
+        return (
+            f"KV of the request made no progress for {self.timeout:g}s "
+            "(--lynx-transfer-timeout); is the prefill server alive and the link up?"
+        )
 
     def hand_over(self, room: int) -> Room | None:
         """The consumer owns the room from now on (the transfer's `release` no longer drops it)."""

@@ -87,3 +87,11 @@ def test_a_part_whose_id_is_taken_reserves_none_of_the_request():
     with pytest.raises(DuplicateRoom):
         parted.reserve(2, _parts([2, 1]))
     assert parted.table.get(2) is None and parted.parts(2) == (2,)
+
+
+def test_once_one_part_starts_receiving_a_part_that_never_announces_fails_the_request(rooms):
+    assert rooms.start_receiving(7, object(), object()) is None
+    assert rooms.table.get(70).deadline == 5.0, "the silent part's deadline runs too"
+    rooms.clock.now = 5.5
+    assert "made no progress" in rooms.expire(7)
+    assert rooms.state(7) is RoomState.FAILED

@@ -277,16 +277,61 @@ def test_one_stream_rooms_complete_when_everything_landed():
     assert rooms.take_landed(7) is None
 
 
-def test_anything_from_a_sender_keeps_all_its_rooms_alive_but_not_another_senders():
+def test_only_a_rooms_own_progress_keeps_it_alive_not_its_senders_other_rooms():
     rooms, clock = table(timeout=10.0)
-    for room, peer in ((1, "a"), (2, "a"), (3, "b")):
-        reserve(rooms, room, peer=peer)
+    for room in (1, 2):
+        reserve(rooms, room, peer="a")
         rooms.start_receiving(room, "manifest", "assembly")
     for _ in range(3):
         clock.now += 8
-        rooms.progress(1)  # room 2 waits its turn behind room 1 on sender a's link
-    assert rooms.expire(2) is None
-    assert "no progress" in rooms.expire(3)
+        assert rooms.progress(1)  # room 2 lost a frame: its sender's other room moving does not hide it
+    assert rooms.expire(1) is None
+    assert "no progress for 10s" in rooms.expire(2)
+
+
+def test_the_cap_ends_a_room_that_keeps_making_progress_past_it():
+    rooms, clock = table(timeout=10.0)
+    reserve(rooms)
+    assert rooms.start_receiving(7, "manifest", "assembly", cap_s=25.0) is None
+    assert rooms.get(7).deadline == 110.0
+    for _ in range(2):
+        clock.now += 9
+        rooms.progress(7)
+        assert rooms.expire(7) is None
+    assert rooms.get(7).deadline == 125.0, "never past the cap"
+    clock.now = 125.5
+    rooms.progress(7)
+    assert "did not all arrive within 25s" in rooms.expire(7)
+
+
+def test_an_alive_counter_is_taken_once_and_an_older_one_never():
+    rooms, clock = table(timeout=10.0)
+    reserve(rooms)
+    rooms.start_receiving(7, "manifest", "assembly")
+    assert rooms.progress(7, alive=5)
+    clock.now += 8
+    assert not rooms.progress(7, alive=5) and not rooms.progress(7, alive=4)
+    assert rooms.get(7).deadline == 110.0, "a replayed alive pushed the deadline back"
+    assert rooms.progress(7, alive=6) and rooms.get(7).deadline == 118.0
+
+
+def test_a_reserved_room_armed_by_another_part_fails_when_it_stays_silent():
+    rooms, clock = table(timeout=10.0)
+    reserve(rooms)
+    rooms.arm(7)
+    assert rooms.get(7).deadline == 110.0 and rooms.state(7) is RoomState.RESERVED
+    clock.now += 10.5
+    assert "no progress" in rooms.expire(7) and rooms.state(7) is RoomState.FAILED
+
+
+def test_a_failed_room_keeps_its_assembly_for_an_upgrader_until_it_is_closed():
+    rooms, _ = table()
+    anchored(rooms)
+    with rooms.upgrading(7) as entry:
+        rooms.fail(7, "the prefill gave up")  # another thread, inside the upgrader's fence
+        assert entry.assembly == "assembly"
+    rooms.close(7)
+    assert entry.assembly is None
 
 
 def test_the_anchor_is_reported_only_while_the_room_is_anchored_and_a_close_waits_for_the_report():

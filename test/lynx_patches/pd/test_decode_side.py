@@ -6,6 +6,7 @@ Messages are fed to the side's message handler the way its data thread would
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -415,12 +416,12 @@ def test_the_prefill_still_computing_keeps_a_room_alive_and_a_forged_alive_does_
     key = reserve(side)
     manifest, _ = messages(side, key)
     deliver(side, [manifest.seal(key)])
-    for _ in range(4):
+    for counter in range(4):
         clock.now += 20
-        deliver(side, [encode_alive(ROOM, key)])
+        deliver(side, [encode_alive(ROOM, counter, key)])
     assert side.check(ROOM) is None
     clock.now += 20
-    deliver(side, [encode_alive(ROOM, b"z" * 32)])
+    deliver(side, [encode_alive(ROOM, 99, b"z" * 32)])
     clock.now += 11
     assert "no progress" in side.check(ROOM) and side.dropped == 1
 
@@ -438,3 +439,118 @@ def test_a_signed_manifest_of_deeply_nested_json_fails_the_room_and_the_data_thr
     manifest, frames = messages(side, other_key, room=7)
     deliver(side, [manifest.seal(other_key)] + frames[255] + frames[0])
     assert host.succeeded == [7]
+
+
+def test_a_room_missing_a_frame_fails_in_time_while_its_prefills_other_room_keeps_moving(lynx_side, clock):
+    side, host, _ = lynx_side
+    key = reserve(side)
+    other_key = reserve(side, room=7, slots=range(0, 20))  # the same prefill sends both
+    manifest, frames = messages(side, key)
+    other_manifest, other_frames = messages(side, other_key, room=7)
+    deliver(side, [manifest.seal(key)] + frames[255] + frames[0][:-1])  # the anchor's last frame is lost
+    deliver(side, [other_manifest.seal(other_key)])
+    moving = other_frames[255] + other_frames[0] + other_frames[1]
+    assert len(moving) * 20 > 2 * 30
+    for frame in moving:
+        clock.now += 20
+        deliver(side, [frame])
+    assert side.check(7) is None and host.succeeded == [7]
+    assert "no progress for 30s" in (side.check(ROOM) or "no failure")
+
+
+def test_alive_messages_keep_a_room_waiting_only_up_to_its_cap(lynx_side, clock):
+    from lynx.transfer.frames import encode_alive
+
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, _ = messages(side, key)
+    deliver(side, [manifest.seal(key)])
+    cap = clock.now + 30 * (manifest.frame_count(side.wire, side.config.chunk_bytes) + 1)
+    counter = 0
+    while clock.now + 20 < cap:
+        clock.now += 20
+        counter += 1
+        deliver(side, [encode_alive(ROOM, counter, key)])
+        assert side.check(ROOM) is None
+    clock.now = cap + 1
+    deliver(side, [encode_alive(ROOM, counter + 1, key)])
+    assert "did not all arrive within" in side.check(ROOM)
+
+
+def test_a_captured_alive_message_replayed_does_not_keep_the_room_alive(lynx_side, clock, monkeypatch):
+    from pd_fakes import recording_prefill_side
+
+    from lynx_patches.pd import prefill_side as prefill_module
+
+    side, host, _ = lynx_side
+    key = reserve(side)
+    manifest, _ = messages(side, key)
+    deliver(side, [manifest.seal(key)])
+    prefill = recording_prefill_side()
+    monkeypatch.setattr(prefill_module, "ALIVE_EVERY_S", 0.01)
+    prefill._rooms.announce(ROOM, side.data_endpoint, key, ROOM)
+    prefill.start()
+    try:
+        assert wait_for(lambda: prefill.transport.sent)
+    finally:
+        prefill.close()
+    captured = prefill.transport.sent[0][1]
+    deliver(side, [captured])
+    for _ in range(3):
+        clock.now += 20
+        deliver(side, [captured])
+    assert "no progress for 30s" in (side.check(ROOM) or "no failure") and side.dropped == 3
+
+
+def test_a_part_that_never_announces_fails_the_request_once_another_part_started(lynx_side, clock):
+    side, host, _ = lynx_side
+    assert side.claim(ROOM)
+    nonce = side.reserve(ROOM, np.array(DST), 1, 1000.0, "prefill-a", (), sources=2)
+    key = transfer_key(SECRET, nonce)
+    manifest, frames = messages(side, key)
+    deliver(side, [manifest.seal(key)] + frames[255] + frames[0] + frames[1])
+    assert side.room_state(ROOM) is RoomState.RESERVED, "part 1 never announced"
+    clock.now += 3600
+    assert "no progress" in (side.check(ROOM) or "no failure")
+    assert side.room_state(ROOM) is RoomState.FAILED
+
+
+def landed(side, room=ROOM, slots=DST):
+    key = reserve(side, room=room, slots=slots)
+    manifest, frames = messages(side, key, room=room)
+    deliver(side, [manifest.seal(key)] + frames[255] + frames[0] + frames[1])
+    side.hand_over(room)
+    assert side.room_state(room) is RoomState.LANDED
+
+
+def test_a_residual_that_cannot_be_applied_fails_its_request_never_the_scheduler(lynx_side, monkeypatch):
+    side, host, _ = lynx_side
+    landed(side)
+    landed(side, room=7, slots=range(0, 20))
+    upgrade = type(side.wire).upgrade
+
+    def broken(*args):
+        raise RuntimeError("upgrade bug")
+
+    monkeypatch.setattr(type(side.wire), "upgrade", lambda wire, *args: broken(*args))
+    assert side.apply_residual(ROOM) is False  # raises nothing
+    monkeypatch.setattr(type(side.wire), "upgrade", upgrade)
+    assert "applying the residual KV failed (RuntimeError: upgrade bug)" in side.check(ROOM)
+    assert side.apply_residual(7) and side.check(7) is None
+
+
+def test_a_failure_from_another_thread_inside_the_upgrade_fence_fails_the_request_not_the_scheduler(lynx_side, monkeypatch):
+    side, host, _ = lynx_side
+    landed(side)
+    table = type(side._rooms)
+    upgrading = table.upgrading
+
+    @contextlib.contextmanager
+    def failed_once_admitted(self, room):
+        with upgrading(self, room) as entry:
+            side.on_prefill_failure(room, "the prefill gave up")  # what another thread may do here
+            yield entry
+
+    monkeypatch.setattr(table, "upgrading", failed_once_admitted)
+    assert side.apply_residual(ROOM) is False
+    assert side.check(ROOM) == "the prefill gave up"

@@ -266,3 +266,30 @@ def test_heads_that_no_source_announces_fail_the_request():
         assert "overlapping KV heads" in side._host.failures[0][1]
     finally:
         side.close()
+
+
+@pytest.mark.parametrize("servers", [("lynx", 2, 1)], indirect=True)
+def test_a_second_manifest_for_a_part_moves_none_of_its_kv_even_signed_with_the_requests_key(servers):
+    """Every part of a request is keyed alike, so another source could sign a manifest for this
+    part's id: once the part has its manifest, a later one (here placing its heads one further)
+    is dropped and changes nothing."""
+    from dataclasses import replace
+
+    from lynx.manifest import manifest_room, open_manifest
+
+    servers.prefill_all()
+    (decode,) = servers.decodes
+    key = decode._rooms.get(ROOM).key
+    sent, servers.prefills[0].transport.sent[:] = list(servers.prefills[0].transport.sent), []
+    first = next(parts for _, parts in sent if manifest_room(parts) == ROOM)
+    moved = replace(open_manifest(first, key), first_head=1)
+    decode._on_message(first)
+    decode._on_message(moved.seal(key))
+    for _, parts in sent:
+        if parts is not first:
+            decode._on_message(parts)
+    servers.deliver(prefill_ranks={1})
+    assert servers.decode_hosts[0].succeeded == [ROOM] and decode.dropped == 1
+    assert_each_rank_holds_its_heads_of(servers, tp1_result("lynx", 1))
+    assert decode.apply_residual(ROOM)
+    assert_each_rank_holds_its_heads_of(servers, tp1_result("lynx", 2))
