@@ -4,21 +4,26 @@ Bytes move through Mooncake into slots of the listener's registered arena;
 everything else goes over one ZeroMQ DEALER (sender) -> ROUTER (listener)
 connection per sender and listener:
 
-1. ``Hello(sender_nonce)``; the listener answers ``Challenge(listener_nonce, tag)``
-   where the tag proves it holds the shared secret.
+1. ``Hello(sender_nonce, version)``; the listener answers ``Challenge(listener_nonce,
+   tag)`` where the tag proves it holds the shared secret, or ``Reset`` when it
+   speaks another ``CONTROL_VERSION``.
 2. ``Auth(tag)`` proves the sender holds it; the session is the nonce pair.
 3. The listener sends ``Grant(seq, slots)``: slots the sender may write, one
    grant per credit; the sender writes a message's large parts into a granted
    slot, then sends ``Notify(seq, slot, lengths, inline)``; the listener
-   grants the slot again once the receiver is done with it.
+   grants the slot again once the receiver is done with it. A sender that has
+   had nothing to send for a while gives its slots back with
+   ``Release(seq, slots)`` and gets none until it sends ``Want(seq)``, so
+   idle senders never hold the arena from busy ones.
 4. ``Reset(reason)`` ends a session (unsigned: it only ever drops state).
    ``Ping()`` from the listener probes that a sender is still connected
    (ZeroMQ refuses to route to a peer whose connection closed); senders
    ignore it.
 
-Every ``Grant`` and ``Notify`` carries a MAC over the session nonces, its
-sequence number and its fields, so messages cannot be forged without the
-secret nor replayed into another session or out of order.
+Every ``Grant``, ``Notify``, ``Release`` and ``Want`` carries a MAC over the
+session nonces, its sequence number and its fields, so messages cannot be
+forged without the secret nor replayed into another session or out of order
+(a sender's ``Notify``, ``Release`` and ``Want`` share one sequence).
 """
 
 from __future__ import annotations
@@ -29,14 +34,16 @@ from urllib.parse import parse_qs, urlencode
 
 from lynx.transfer.frames import MAC_BYTES, sign, verify
 
+CONTROL_VERSION = 2
 NONCE_BYTES = 16
 INLINE_MAX = 4096
 MAX_PARTS = 16
 NO_SLOT = (1 << 32) - 1
 SCHEME = "mooncake://"
 
-_GRANT = struct.Struct("!QH")
+_GRANT = struct.Struct("!QH")  # also a Release: seq, slot count, then the slots
 _NOTIFY = struct.Struct("!QIH")
+_WANT = struct.Struct("!Q")
 
 
 class ControlError(ValueError):
@@ -100,6 +107,7 @@ class MooncakeEndpoint:
 @dataclass(frozen=True)
 class Hello:
     nonce: bytes
+    version: int = CONTROL_VERSION
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,23 @@ class Notify:
 
 
 @dataclass(frozen=True)
+class Release:
+    """The sender gives back ``slots`` granted to it and wants no more until its next ``Want``."""
+
+    seq: int
+    slots: tuple[int, ...]
+    tag: bytes = b""
+
+
+@dataclass(frozen=True)
+class Want:
+    """The sender has messages to write again: grant it slots."""
+
+    seq: int
+    tag: bytes = b""
+
+
+@dataclass(frozen=True)
 class Reset:
     reason: str
 
@@ -142,7 +167,10 @@ class Ping:
     pass
 
 
-Message = Hello | Challenge | Auth | Grant | Notify | Reset | Ping
+Message = Hello | Challenge | Auth | Grant | Notify | Release | Want | Reset | Ping
+Signed = Grant | Notify | Release | Want
+_LABELS = {Grant: b"grant", Notify: b"notify", Release: b"release", Want: b"want"}
+_KINDS = {Grant: b"G", Notify: b"N", Release: b"L", Want: b"W"}
 
 
 class Session:
@@ -165,23 +193,22 @@ class Session:
     def auth_ok(self, tag: bytes) -> bool:
         return verify(self._key, tag, b"auth", *self._nonces)
 
-    def sign(self, message: Grant | Notify) -> Grant | Notify:
+    def sign(self, message: Signed) -> Signed:
         """A copy of ``message`` carrying its MAC."""
         return replace(message, tag=sign(self._key, *self._signed(message)))
 
-    def check(self, message: Grant | Notify) -> bool:
+    def check(self, message: Signed) -> bool:
         """Whether the message's MAC is right for this session."""
         return verify(self._key, message.tag, *self._signed(message))
 
-    def _signed(self, message: Grant | Notify) -> tuple[bytes, ...]:
-        label = b"grant" if isinstance(message, Grant) else b"notify"
-        return (label, *self._nonces, *_fields(message)[:-1])
+    def _signed(self, message: Signed) -> tuple[bytes, ...]:
+        return (_LABELS[type(message)], *self._nonces, *_fields(message)[:-1])
 
 
 def encode(message: Message) -> list[bytes]:
     """The ZeroMQ parts of a control message."""
     if isinstance(message, Hello):
-        return [b"H", message.nonce]
+        return [b"H", message.nonce, bytes([message.version])]
     if isinstance(message, Challenge):
         return [b"C", message.nonce, message.tag]
     if isinstance(message, Auth):
@@ -190,7 +217,7 @@ def encode(message: Message) -> list[bytes]:
         return [b"R", message.reason.encode()[:1024]]
     if isinstance(message, Ping):
         return [b"P"]
-    return [b"G" if isinstance(message, Grant) else b"N", *_fields(message)]
+    return [_KINDS[type(message)], *_fields(message)]
 
 
 def decode(parts: list[bytes]) -> Message:
@@ -199,8 +226,10 @@ def decode(parts: list[bytes]) -> Message:
         raise ControlError("empty control message")
     kind, rest = bytes(parts[0]), [bytes(part) for part in parts[1:]]
     try:
-        if kind == b"H" and len(rest) == 1 and len(rest[0]) == NONCE_BYTES:
-            return Hello(rest[0])
+        if kind == b"H" and len(rest) in (1, 2) and len(rest[0]) == NONCE_BYTES:
+            if len(rest) == 2 and len(rest[1]) != 1:
+                raise ControlError("a hello's version is one byte")
+            return Hello(rest[0], rest[1][0] if len(rest) == 2 else 1)  # version 1 sent none
         if kind == b"C" and len(rest) == 2 and len(rest[0]) == NONCE_BYTES and len(rest[1]) == MAC_BYTES:
             return Challenge(rest[0], rest[1])
         if kind == b"A" and len(rest) == 1 and len(rest[0]) == MAC_BYTES:
@@ -209,11 +238,14 @@ def decode(parts: list[bytes]) -> Message:
             return Reset(rest[0].decode(errors="replace"))
         if kind == b"P" and not rest:
             return Ping()
-        if kind == b"G" and len(rest) == 2 and len(rest[1]) == MAC_BYTES:
+        if kind in (b"G", b"L") and len(rest) == 2 and len(rest[1]) == MAC_BYTES:
             seq, count = _GRANT.unpack_from(rest[0])
             if count == 0 or len(rest[0]) != _GRANT.size + 4 * count:
-                raise ControlError("a grant names no slot, or its size disagrees with its slot count")
-            return Grant(seq, struct.unpack_from(f"!{count}I", rest[0], _GRANT.size), rest[1])
+                raise ControlError("a grant or release names no slot, or its size disagrees with its slot count")
+            slots = struct.unpack_from(f"!{count}I", rest[0], _GRANT.size)
+            return (Grant if kind == b"G" else Release)(seq, slots, rest[1])
+        if kind == b"W" and len(rest) == 2 and len(rest[0]) == _WANT.size and len(rest[1]) == MAC_BYTES:
+            return Want(_WANT.unpack(rest[0])[0], rest[1])
         if kind == b"N" and len(rest) >= 2 and len(rest[-1]) == MAC_BYTES:
             return _decode_notify(rest[0], rest[1:-1], rest[-1])
     except struct.error as exc:
@@ -234,10 +266,12 @@ def _decode_notify(head: bytes, inline: list[bytes], tag: bytes) -> Notify:
     return Notify(seq, slot, lengths, tuple(inline), tag)
 
 
-def _fields(message: Grant | Notify) -> list[bytes]:
+def _fields(message: Signed) -> list[bytes]:
     """The parts after the kind: packed fields, inline parts, then the tag."""
-    if isinstance(message, Grant):
+    if isinstance(message, (Grant, Release)):
         return [_GRANT.pack(message.seq, len(message.slots)) + struct.pack(f"!{len(message.slots)}I", *message.slots),
                 message.tag]
+    if isinstance(message, Want):
+        return [_WANT.pack(message.seq), message.tag]
     head = _NOTIFY.pack(message.seq, message.slot, len(message.lengths))
     return [head + struct.pack(f"!{len(message.lengths)}I", *message.lengths), *message.inline, message.tag]

@@ -4,6 +4,9 @@ A slot is in exactly one place: free, granted to one sender (it may write it
 and then notify it), or held by the listener's caller. Slots granted to a
 sender that ended (gone or banned) stay its own until ``quarantine_s`` after
 it ended, since a late write of it may still land there; then they are free.
+Slots go only to senders that want them: a sender idle for a while gives its
+slots back and wants none until it has messages again (`SenderCredits` is
+its side of that), so idle senders never starve busy ones.
 No sockets, no clock: callers pass ``now``.
 """
 
@@ -13,7 +16,7 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
-from lynx.transfer.mooncake_control import Session
+from lynx.transfer.mooncake_control import Grant, Session
 
 
 class PeerState(enum.Enum):
@@ -26,12 +29,14 @@ class PeerState(enum.Enum):
 
 @dataclass
 class Peer:
-    """One authenticated sender: its session MACs, sequence numbers and the slots granted to it."""
+    """One authenticated sender: its session MACs, sequence numbers, the slots granted to it, and
+    whether it wants more (it gave its slots back and has not asked again)."""
 
     session: Session
     granted: set[int] = field(default_factory=set)
-    next_notify: int = 0
+    next_seq: int = 0  # of its next notification, release or want
     next_grant: int = 0
+    wants: bool = True
     state: PeerState = PeerState.ACTIVE
     ends_at: float = 0.0
 
@@ -81,6 +86,23 @@ class Credits:
         """The caller is done with ``slot``."""
         self._free.append(slot)
 
+    def give_back(self, peer_id: bytes, slots: tuple[int, ...]) -> bool:
+        """An idle sender returns ``slots`` (all granted to it) and wants none until `want`; False
+        (nothing changed) if one of them is not its own."""
+        peer = self._peers.get(peer_id)
+        if peer is None or peer.state is PeerState.BANNED or not set(slots) <= peer.granted:
+            return False
+        peer.granted -= set(slots)
+        self._free.extend(slots)
+        peer.wants = False
+        return True
+
+    def want(self, peer_id: bytes) -> None:
+        """The sender has messages to write again."""
+        peer = self._peers.get(peer_id)
+        if peer is not None:
+            peer.wants = True
+
     def end(self, peer_id: bytes, state: PeerState, now: float) -> None:
         """A sender is gone or banned: no more grants; forgotten ``quarantine_s`` after it first ended."""
         peer = self._peers.get(peer_id)
@@ -102,9 +124,11 @@ class Credits:
             self._free.extend(sorted(self._peers.pop(peer_id).granted))
 
     def distribute(self) -> dict[bytes, list[int]]:
-        """Grant free slots to active senders below ``per_peer``, one at a time, fewest held first."""
+        """Grant free slots to active senders that want them, below ``per_peer``, one at a time,
+        fewest held first."""
         grants: dict[bytes, list[int]] = {}
-        hungry = sorted((peer_id for peer_id in self.active() if len(self._peers[peer_id].granted) < self.per_peer),
+        hungry = sorted((peer_id for peer_id in self.active()
+                         if self._peers[peer_id].wants and len(self._peers[peer_id].granted) < self.per_peer),
                         key=lambda peer_id: len(self._peers[peer_id].granted))
         while self._free and hungry:
             for peer_id in list(hungry):
@@ -116,3 +140,57 @@ class Credits:
                 if len(self._peers[peer_id].granted) >= self.per_peer:
                     hungry.remove(peer_id)
         return grants
+
+
+class SenderCredits:
+    """A sender's side of the credits of one listener: the slots granted to it, in order, and when
+    to give them back or ask again (pure: callers pass ``now``).
+
+    Args:
+        arena_slots: the listener's slots (a grant naming another is refused).
+        release_after_s: with nothing to send for this long, the sender gives its slots back.
+    """
+
+    def __init__(self, arena_slots: int, release_after_s: float) -> None:
+        self.arena_slots, self.release_after_s = arena_slots, release_after_s
+        self.slots: deque[int] = deque()
+        self.next_grant = 0
+        self.wanting = True  # a new sender is granted slots at once
+        self._idle_since: float | None = None
+
+    def accept(self, grant: Grant) -> str | None:
+        """Take a grant (its MAC checked by the caller); why it is refused, or None."""
+        if grant.seq != self.next_grant:
+            return f"grant {grant.seq} out of order (expected {self.next_grant})"
+        if any(slot >= self.arena_slots or slot in self.slots for slot in grant.slots):
+            return f"slots {grant.slots} outside the arena or granted twice"
+        self.slots.extend(grant.slots)
+        self.next_grant += 1
+        return None
+
+    def to_want(self, waiting: bool) -> bool:
+        """Whether to send ``Want`` now: messages wait and the slots were given back."""
+        if waiting and not self.wanting:
+            self.wanting = True
+            return True
+        return False
+
+    def to_release(self, busy: bool, now: float) -> tuple[int, ...]:
+        """The slots to give back now (``Release``): all of them once nothing was queued or in
+        flight for ``release_after_s``; else ()."""
+        if busy:
+            self._idle_since = None
+            return ()
+        self._idle_since = now if self._idle_since is None else self._idle_since
+        if not self.slots or now - self._idle_since < self.release_after_s:
+            return ()
+        released = tuple(self.slots)
+        self.slots.clear()
+        self.wanting = False
+        return released
+
+    def release_due(self) -> float | None:
+        """When `to_release` gives slots back if nothing is sent meanwhile, or None."""
+        if not self.slots or self._idle_since is None:
+            return None
+        return self._idle_since + self.release_after_s

@@ -3,9 +3,11 @@
 A ``Link`` runs one thread. Messages queued by ``put`` (already copied into
 ``Staging``) are written with the engine into slots the listener granted,
 several in flight, and notified in the order they were queued once their
-write has landed. Any deadline missed (handshake, credit, write, room in the
-queue) fails the link: queued messages are dropped and the failure is raised
-by the next ``put``; the owner then opens a new link.
+write has landed. With nothing to send for ``LinkConfig.release_after_s`` it
+gives its slots back, and asks again when messages come (`SenderCredits`).
+Any deadline missed (handshake, credit, write, room in the queue) fails the
+link: queued messages are dropped and the failure is raised by the next
+``put``; the owner then opens a new link.
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ from lynx.transfer.mooncake_control import (
     MooncakeEndpoint,
     Notify,
     Ping,
+    Release,
     Reset,
     Session,
+    Want,
     decode,
     encode,
 )
+from lynx.transfer.mooncake_credits import SenderCredits
 from lynx.transfer.keys import CurveKeys
 from lynx.transfer.mooncake_engine import MooncakeEngine, WriteStatus
 from lynx.transfer.mooncake_staging import Staging
@@ -48,12 +53,18 @@ POLL_MIN_S, POLL_MAX_S = 50e-6, 800e-6
 
 @dataclass(frozen=True)
 class LinkConfig:
-    """What every link of a transport shares: the secret (and its CurveZMQ keys), the deadline, the queue bound."""
+    """What every link of a transport shares: the secret (and its CurveZMQ keys), the deadline, the
+    queue bound, and how long a link with nothing to send keeps the listener's slots."""
 
     key: bytes
     timeout_s: float
     max_queued: int
     curve: CurveKeys | None = None
+    release_after_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not self.release_after_s >= 0:
+            raise ValueError(f"release_after_s must be >= 0, got {self.release_after_s!r}")
 
 
 class LinkState(enum.Enum):
@@ -113,6 +124,12 @@ class Link:
             return self._state not in (LinkState.CONNECTING, LinkState.READY) or (
                 len(self._jobs) + len(self._inflight) < self._config.max_queued
             )
+
+    @property
+    def quiet(self) -> bool:
+        """Whether nothing is queued or in flight."""
+        with self._cond:
+            return not self._jobs and not self._inflight
 
     def put(self, job: Job, deadline: float) -> None:
         """Queue a staged message; raise TransportError if the link failed or stays full past ``deadline``."""
@@ -226,9 +243,10 @@ class Link:
             self._clear_wake()
 
     def _pump(self, socket: zmq.Socket, poller: zmq.Poller, session: Session) -> None:
-        """Move messages: grants in, writes out, notifications in order; fail on any deadline."""
-        credits: deque[int] = deque()
-        grant_seq = notify_seq = 0
+        """Move messages: grants in, writes out, notifications in order, slots given back while
+        idle; fail on any deadline."""
+        credits = SenderCredits(self.endpoint.slots, self._config.release_after_s)
+        seq = 0  # of this sender's next notification, release or want
         starved_since: float | None = None
         interval = POLL_MIN_S
         while not self._closing():
@@ -238,19 +256,28 @@ class Link:
                     continue
                 if not isinstance(message, Grant):
                     raise _LinkFailure(f"unexpected {type(message).__name__} from the listener")
-                grant_seq = self._accept_grant(session, message, grant_seq, credits)
+                problem = "a bad MAC" if not session.check(message) else credits.accept(message)
+                if problem is not None:
+                    raise _LinkFailure(f"the listener sent a grant with {problem}")
             pending, landed = self._poll_writes()
             while self._inflight and self._inflight[0].written:
                 job = self._inflight[0]
-                self._send(socket, session.sign(Notify(notify_seq, job.slot, job.lengths, job.inline)))
-                notify_seq += 1
+                self._send(socket, session.sign(Notify(seq, job.slot, job.lengths, job.inline)))
+                seq += 1
                 with self._cond:
                     self._inflight.popleft()
                     self._cond.notify_all()
-            started = self._start_writes(credits)
+            started = self._start_writes(credits.slots)
             now = time.monotonic()
             with self._cond:
-                waiting = bool(self._jobs)
+                waiting, busy = bool(self._jobs), bool(self._jobs or self._inflight)
+            released = credits.to_release(busy, now)
+            if released:
+                self._send(socket, session.sign(Release(seq, released)))
+                seq += 1
+            if credits.to_want(waiting):
+                self._send(socket, session.sign(Want(seq)))
+                seq += 1
             starved_since = (starved_since or now) if waiting and not started else None
             if starved_since is not None and now - starved_since > self.timeout_s:
                 raise _LinkFailure(f"no credit from the listener for {self.timeout_s:g} s: it is not reading or gone")
@@ -261,16 +288,10 @@ class Link:
                 time.sleep(interval)
             elif not started:
                 wait = self.timeout_s / 4 if starved_since is None else starved_since + self.timeout_s - now
+                due = credits.release_due()
+                wait = wait if due is None else min(wait, due - now)
                 poller.poll(max(1, round(wait * 1000) + 1))
                 self._clear_wake()
-
-    def _accept_grant(self, session: Session, grant: Grant, seq: int, credits: deque[int]) -> int:
-        if not session.check(grant) or grant.seq != seq:
-            raise _LinkFailure("the listener sent a grant with a bad MAC or out of order")
-        if any(slot >= self.endpoint.slots or slot in credits for slot in grant.slots):
-            raise _LinkFailure(f"the listener granted slots {grant.slots} outside its arena or twice")
-        credits.extend(grant.slots)
-        return seq + 1
 
     def _poll_writes(self) -> tuple[list[Job], bool]:
         """Poll writes in flight; return those still pending and whether any landed. A failed write fails the link."""

@@ -39,6 +39,7 @@ import zmq
 
 from lynx.transfer.keys import curve_keys
 from lynx.transfer.mooncake_control import (
+    CONTROL_VERSION,
     NO_SLOT,
     NONCE_BYTES,
     Auth,
@@ -49,13 +50,16 @@ from lynx.transfer.mooncake_control import (
     MooncakeEndpoint,
     Notify,
     Ping,
+    Release,
     Reset,
     Session,
+    Signed,
+    Want,
     decode,
     encode,
     is_inline,
 )
-from lynx.transfer.mooncake_credits import Credits, PeerState
+from lynx.transfer.mooncake_credits import Credits, Peer, PeerState
 from lynx.transfer.mooncake_engine import MooncakeEngine
 from lynx.transfer.transport import Listener, TransportError
 from lynx.transfer.zmq_transport import ZapHandler
@@ -248,6 +252,8 @@ class MooncakeListener(Listener):
             return self._auth(peer_id, message)
         if isinstance(message, Notify):
             return self._notify(peer_id, message)
+        if isinstance(message, (Release, Want)):
+            return self._demand(peer_id, message)
         if isinstance(message, Reset):
             self._credits.end(peer_id, PeerState.GONE, time.monotonic())
             return None
@@ -256,6 +262,10 @@ class MooncakeListener(Listener):
     def _hello(self, peer_id: bytes, hello: Hello) -> None:
         if self._credits.peer(peer_id) is not None:
             return self._reject(peer_id, "hello inside an established session")
+        if hello.version != CONTROL_VERSION:
+            self._send(peer_id, Reset(f"the sender speaks Mooncake control v{hello.version}, this listener "
+                                      f"v{CONTROL_VERSION}: run the same Lynx version on both"))
+            return self._reject(peer_id, f"hello of control v{hello.version}")
         nonce = os.urandom(NONCE_BYTES)
         self._handshakes.pop(peer_id, None)
         self._handshakes[peer_id] = (hello.nonce, nonce)
@@ -276,20 +286,38 @@ class MooncakeListener(Listener):
             self._send(peer_id, Reset(f"too many senders (max_peers={self._credits.max_peers})"))
         return None
 
-    def _notify(self, peer_id: bytes, notify: Notify) -> list | None:
+    def _in_order(self, peer_id: bytes, message: Signed) -> Peer | None:
+        """The sender's peer if `message` is signed in its session and next in its sequence (which
+        then moves on); else None, the message rejected."""
         peer = self._credits.peer(peer_id)
         if peer is None or peer.state is PeerState.BANNED:
-            self._reject(peer_id, "notification outside a session")
+            self._reject(peer_id, f"{type(message).__name__} outside a session")
             self._send(peer_id, Reset("no session: handshake first"))
             return None
-        if not peer.session.check(notify):
-            return self._reject(peer_id, "notification MAC mismatch")
-        if notify.seq != peer.next_notify:
-            return self._reject(peer_id, f"notification {notify.seq} out of order (expected {peer.next_notify})")
+        if not peer.session.check(message):
+            return self._reject(peer_id, f"{type(message).__name__} MAC mismatch")
+        if message.seq != peer.next_seq:
+            return self._reject(peer_id, f"{type(message).__name__} {message.seq} out of order (expected {peer.next_seq})")
+        peer.next_seq += 1
+        return peer
+
+    def _demand(self, peer_id: bytes, message: Release | Want) -> None:
+        """An idle sender gives its slots back, or a sender wants slots again."""
+        if self._in_order(peer_id, message) is None:
+            return None
+        if isinstance(message, Want):
+            self._credits.want(peer_id)
+        elif not self._credits.give_back(peer_id, message.slots):
+            return self._reject(peer_id, f"release of slots {message.slots} not granted to the sender")
+        self._grant()
+        return None
+
+    def _notify(self, peer_id: bytes, notify: Notify) -> list | None:
+        if self._in_order(peer_id, notify) is None:
+            return None
         arena_bytes = sum(length for length in notify.lengths if not is_inline(length))
         if arena_bytes > self._slot_bytes or (notify.slot != NO_SLOT and not self._credits.take(peer_id, notify.slot)):
             return self._reject(peer_id, f"notification for slot {notify.slot} not granted or over {self._slot_bytes} bytes")
-        peer.next_notify += 1
         inline, offset = iter(notify.inline), notify.slot * self._slot_bytes
         parts: list[bytes | memoryview] = []
         for length in notify.lengths:

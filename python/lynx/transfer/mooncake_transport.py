@@ -4,16 +4,19 @@
 queues it on the endpoint's link; the link (one thread per endpoint) writes
 it with the engine into a slot the listener granted, several writes in
 flight, and notifies the listener over the control socket, in order, once
-each write has landed. ``mooncake_listener.MooncakeListener`` is the other
-end; ``mooncake_control`` has the endpoint string, the protocol and the
-threat model. ``PrioritySender`` runs on top unchanged (priority, chunking,
-pacing and frame MACs are its business).
+each write has landed. A link unused for ``idle_close_s`` with nothing
+queued is closed (its thread and socket end); the next send opens a new
+one. ``mooncake_listener.MooncakeListener`` is the other end;
+``mooncake_control`` has the endpoint string, the protocol and the threat
+model. ``PrioritySender`` runs on top unchanged (priority, chunking, pacing
+and frame MACs are its business).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import zmq
 
@@ -45,7 +48,15 @@ class MooncakeTransport(Transport):
         staging_slots, staging_slot_bytes: registered send buffers (shared by
             all endpoints); a message's large parts are copied into one, so
             the caller may reuse its buffers as soon as ``send`` returns.
+        staging_per_endpoint: staging slots one endpoint's messages hold at
+            most once its link is up (one before: a dead endpoint never gets
+            past its handshake), so the others always find some (default:
+            half of them).
         max_queued_messages: per endpoint, messages queued or in flight at most.
+        release_credits_after_s: a link with nothing to send gives the
+            listener's slots back after this long (other senders get them).
+        idle_close_s: a link unused this long, with nothing queued, is closed.
+        clock: seconds, monotonic; the clock of ``idle_close_s``.
 
     ``send`` returns once the message is staged and queued: as with ZeroMQ,
     handing over is not delivery. Messages to one endpoint arrive in the order
@@ -62,19 +73,27 @@ class MooncakeTransport(Transport):
         device: str = "",
         staging_slots: int = 8,
         staging_slot_bytes: int = 4 << 20,
+        staging_per_endpoint: int | None = None,
         max_queued_messages: int = 64,
+        release_credits_after_s: float = 0.5,
+        idle_close_s: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not send_timeout_s > 0:
             raise ValueError(f"send_timeout_s must be > 0, got {send_timeout_s!r}")
+        per_endpoint = max(1, staging_slots // 2) if staging_per_endpoint is None else staging_per_endpoint
         for name, value in (("staging_slots", staging_slots), ("staging_slot_bytes", staging_slot_bytes),
-                            ("max_queued_messages", max_queued_messages)):
+                            ("staging_per_endpoint", per_endpoint), ("max_queued_messages", max_queued_messages)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if not idle_close_s > send_timeout_s:
+            raise ValueError(f"idle_close_s must exceed send_timeout_s ({send_timeout_s:g}), got {idle_close_s!r}")
         if not isinstance(key, (bytes, bytearray)):
             raise ValueError(f"key must be bytes, got {type(key).__name__}")
         self.send_timeout_s, self.protocol = float(send_timeout_s), protocol
+        self.staging_per_endpoint, self.idle_close_s, self._clock = per_endpoint, float(idle_close_s), clock
         self._config = LinkConfig(bytes(key), self.send_timeout_s, max_queued_messages,
-                                  curve_keys(bytes(key)) if key else None)
+                                  curve_keys(bytes(key)) if key else None, release_credits_after_s)
         self.engine = MooncakeEngine(host, protocol, device)
         try:
             self.staging = Staging(self.engine, staging_slots, staging_slot_bytes)
@@ -83,6 +102,7 @@ class MooncakeTransport(Transport):
             raise
         self.context = zmq.Context()
         self._links: dict[str, Link] = {}
+        self._used: dict[str, float] = {}  # endpoint -> when a send or ready last asked for its link
         self._retired: list[Link] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -92,6 +112,7 @@ class MooncakeTransport(Transport):
         # The link fails within send_timeout_s of its peer stalling and frees what it held; this
         # backstop only bounds the wait for room held by links of other endpoints.
         deadline = time.monotonic() + 2 * self.send_timeout_s
+        self._close_idle(keep=endpoint)
         link = self._link(endpoint)
         views = [byte_view(part) for part in parts]
         lengths = tuple(len(view) for view in views)
@@ -104,7 +125,7 @@ class MooncakeTransport(Transport):
                                  f"{link.endpoint.slot_bytes} and staging slots {self.staging.slot_bytes}")
         staging = None
         try:
-            staging = self.staging.acquire(deadline, endpoint) if nbytes else None
+            staging = self.staging.acquire(deadline, endpoint, self._quota(link)) if nbytes else None
             if staging is not None:
                 self.staging.fill(staging, large)
             inline = tuple(bytes(view) for view in views if is_inline(len(view)))
@@ -118,14 +139,23 @@ class MooncakeTransport(Transport):
     def ready(self, endpoint: str) -> bool:
         """Whether ``send`` to ``endpoint`` would stage and queue a message without waiting.
 
-        True when a staging buffer is free and the endpoint's queue has room,
-        and when its link has failed (``send`` then raises at once).
+        True when a staging buffer is free for the endpoint (within its
+        quota) and its queue has room, and when its link has failed (``send``
+        then raises at once).
         """
         with self._lock:
             link = self._links.get(endpoint)
+            if link is not None:
+                self._used[endpoint] = self._clock()
         if link is not None and link.state is LinkState.FAILED:
             return True
-        return (link is None or link.has_room()) and self.staging.available > 0
+        return (link is None or link.has_room()) and self.staging.available(endpoint, self._quota(link)) > 0
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The endpoints with a link open now."""
+        with self._lock:
+            return tuple(self._links)
 
     def close(self) -> None:
         """Stop every link (dropping queued messages), then the engine; idempotent.
@@ -165,13 +195,31 @@ class MooncakeTransport(Transport):
             link = self._links.get(text)
             if link is None:
                 link = self._links[text] = Link(endpoint, text, self._config, self.engine, self.staging, self.context)
+            self._used[text] = self._clock()
             return link
+
+    def _quota(self, link: Link | None) -> int:
+        """Staging slots the link's endpoint may hold: its share once the link is up, else one."""
+        return self.staging_per_endpoint if link is not None and link.state is LinkState.READY else 1
+
+    def _close_idle(self, keep: str) -> None:
+        """Close the links (but `keep`'s) unused for ``idle_close_s`` with nothing queued or in flight."""
+        now = self._clock()
+        with self._lock:
+            idle = [text for text, link in self._links.items()
+                    if text != keep and now - self._used.get(text, now) >= self.idle_close_s and link.quiet]
+            links = [self._links.pop(text) for text in idle]
+            for text in idle:
+                self._used.pop(text, None)
+        for link in links:
+            link.close()
 
     def _retire(self, text: str, link: Link) -> None:
         """Take a failed link out of service (the next send reconnects); close retired links that ended."""
         with self._lock:
             if self._links.get(text) is link:
                 del self._links[text]
+                self._used.pop(text, None)
                 self._retired.append(link)
             ended = [old for old in self._retired if old.finished]
             self._retired = [old for old in self._retired if old not in ended]

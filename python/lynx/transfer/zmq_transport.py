@@ -10,6 +10,8 @@ sender key pair, before a single byte of its messages is buffered.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 import zmq
 from zmq.utils import z85
@@ -29,26 +31,39 @@ class ZmqTransport(Transport):
     queue only on completed connections, so a dead peer makes ``send`` time
     out instead of filling a queue). One lock per socket: ``send`` is
     thread-safe. Sends are zero-copy: ZeroMQ holds a reference to each part
-    until it is on the wire.
+    until it is on the wire. A socket no ``send`` or ``ready`` asked for in
+    ``idle_close_s`` seconds (``clock``) is closed; the next send opens a new
+    one.
     """
 
     def __init__(
-        self, send_timeout_s: float = 30.0, high_water_mark: int = 4, *, curve: CurveKeys | None = None
+        self,
+        send_timeout_s: float = 30.0,
+        high_water_mark: int = 4,
+        *,
+        curve: CurveKeys | None = None,
+        idle_close_s: float = 300.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not send_timeout_s > 0:
             raise ValueError(f"send_timeout_s must be > 0, got {send_timeout_s!r}")
         if not isinstance(high_water_mark, int) or high_water_mark < 1:
             raise ValueError(f"high_water_mark must be an int >= 1, got {high_water_mark!r}")
+        if not idle_close_s > send_timeout_s:
+            raise ValueError(f"idle_close_s must exceed send_timeout_s ({send_timeout_s:g}), got {idle_close_s!r}")
         self.send_timeout_s = float(send_timeout_s)
         self.high_water_mark = high_water_mark
+        self.idle_close_s, self._clock = float(idle_close_s), clock
         self._curve = curve
         self._context = zmq.Context()
         self._sockets: dict[str, tuple[zmq.Socket, threading.Lock]] = {}
+        self._used: dict[str, float] = {}  # endpoint -> when a send or ready last asked for its socket
         self._lock = threading.Lock()
         self._closed = False
 
     def send(self, endpoint: str, parts: list) -> None:
         """Hand ``parts`` to the socket for ``endpoint``; raise TransportError after ``send_timeout_s``."""
+        self._close_idle(keep=endpoint)
         socket, lock = self._socket(endpoint)
         with lock:
             if socket.closed:
@@ -68,6 +83,12 @@ class ZmqTransport(Transport):
         socket, lock = self._socket(endpoint)
         with lock:
             return not socket.closed and bool(socket.poll(0, zmq.POLLOUT))
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """The endpoints with a socket open now."""
+        with self._lock:
+            return tuple(self._sockets)
 
     def close(self) -> None:
         """Close every socket (dropping unsent messages) and the context; idempotent."""
@@ -103,7 +124,20 @@ class ZmqTransport(Transport):
                     socket.close(linger=0)
                     raise TransportError(f"cannot connect to {endpoint}: {exc}") from exc
                 entry = self._sockets[endpoint] = (socket, threading.Lock())
+            self._used[endpoint] = self._clock()
             return entry
+
+    def _close_idle(self, keep: str) -> None:
+        """Close the sockets (but `keep`'s) no send or ready asked for in ``idle_close_s``."""
+        now = self._clock()
+        with self._lock:
+            idle = [e for e in self._sockets if e != keep and now - self._used.get(e, now) >= self.idle_close_s]
+            closing = [self._sockets.pop(endpoint) for endpoint in idle]
+            for endpoint in idle:
+                self._used.pop(endpoint, None)
+        for socket, lock in closing:
+            with lock:
+                socket.close(linger=0)
 
 
 class ZmqListener(Listener):

@@ -3,6 +3,7 @@
 import pytest
 
 from lynx.transfer.mooncake_control import (
+    CONTROL_VERSION,
     INLINE_MAX,
     MAX_PARTS,
     NO_SLOT,
@@ -14,8 +15,10 @@ from lynx.transfer.mooncake_control import (
     MooncakeEndpoint,
     Notify,
     Ping,
+    Release,
     Reset,
     Session,
+    Want,
     decode,
     encode,
 )
@@ -46,11 +49,14 @@ def test_malformed_endpoint_strings_are_refused(text):
 
 @pytest.mark.parametrize("message", [
     Hello(b"n" * 16),
+    Hello(b"n" * 16, version=7),
     Challenge(b"n" * 16, b"t" * 16),
     Auth(b"t" * 16),
     Grant(3, (0, 5, 7), b"t" * 16),
     Notify(9, 2, (38, 50_000, 12), (b"h" * 38, b"x" * 12), b"t" * 16),
     Notify(0, NO_SLOT, (0, INLINE_MAX), (b"", b"y" * INLINE_MAX), b"t" * 16),
+    Release(10, (4, 0), b"t" * 16),
+    Want(11, b"t" * 16),
     Reset("gone"),
     Ping(),
 ])
@@ -61,6 +67,9 @@ def test_messages_round_trip(message):
 @pytest.mark.parametrize("parts", [
     [],
     [b"H", b"short"],
+    [b"H", b"n" * 16, b"22"],
+    [b"L", encode(Release(0, (1,)))[1][:-4], b"t" * 16],
+    [b"W", b"\0" * 7, b"t" * 16],
     [b"X", b"n" * 16],
     [b"G", b"\0" * 10, b"t" * 16],
     [b"G", encode(Grant(0, (1, 2)))[1][:-4], b"t" * 16],
@@ -85,6 +94,16 @@ def test_signed_messages_check_only_in_their_own_session_and_unchanged():
     assert not session.check(Notify(7, 0, (50_000,), (), notify.tag)), "slot changed"
     assert not session.check(Grant(4, (1, 3), grant.tag)), "granted slots changed"
     assert not session.check(Grant(7, (1,), notify.tag)), "a notification's MAC passed as a grant's"
+    release, want = session.sign(Release(5, (1, 2))), session.sign(Want(6))
+    assert session.check(release) and session.check(want)
+    assert not session.check(Grant(5, (1, 2), release.tag)), "a release's MAC passed as a grant's"
+    assert not session.check(Release(5, (1,), release.tag)), "released slots changed"
+    assert not session.check(Want(7, want.tag)), "sequence number changed"
+
+
+def test_a_hello_of_the_first_version_carried_no_version_and_reads_as_version_1():
+    assert decode([b"H", b"n" * 16]) == Hello(b"n" * 16, version=1)
+    assert encode(Hello(b"n" * 16)) == [b"H", b"n" * 16, bytes([CONTROL_VERSION])]
 
 
 def test_handshake_tags_prove_the_secret_each_way():

@@ -73,3 +73,37 @@ def test_admission_is_bounded_and_unique():
     assert credits.admit(b"a", SESSION) and credits.admit(b"b", SESSION)
     assert not credits.admit(b"c", SESSION)
     assert not credits.admit(b"a", SESSION)
+
+
+def test_idle_senders_slots_go_to_a_new_sender_and_come_back_when_they_want_again():
+    credits = Credits(slots=16, per_peer=8, max_peers=8, quarantine_s=10)
+    for peer_id in (b"a", b"b"):
+        credits.admit(peer_id, SESSION)
+    grants = credits.distribute()
+    credits.admit(b"c", SESSION)
+    assert credits.distribute() == {}, "every slot is held by the first two"
+    assert not credits.give_back(b"a", (grants[b"b"][0],)), "gave back another sender's slot"
+    assert credits.give_back(b"a", tuple(grants[b"a"]))
+    assert len(credits.distribute()[b"c"]) == 8 and credits.distribute() == {}, "an idle sender is granted nothing"
+    assert credits.give_back(b"c", tuple(credits.peer(b"c").granted))
+    credits.want(b"a")
+    assert len(credits.distribute()[b"a"]) == 8
+    assert every_slot_in_one_place(credits, 16)
+
+
+def test_a_sender_gives_its_slots_back_once_idle_long_enough_and_asks_again_when_messages_wait():
+    from lynx.transfer.mooncake_control import Grant
+    from lynx.transfer.mooncake_credits import SenderCredits
+
+    sender = SenderCredits(arena_slots=16, release_after_s=0.5)
+    assert sender.accept(Grant(0, (3, 4))) is None
+    assert "out of order" in sender.accept(Grant(0, (5,)))
+    assert "outside the arena or granted twice" in sender.accept(Grant(1, (4,)))
+    assert "outside the arena or granted twice" in sender.accept(Grant(1, (16,)))
+    assert sender.to_release(busy=True, now=10.0) == ()
+    assert sender.to_release(busy=False, now=10.1) == () and sender.release_due() == 10.6
+    assert sender.to_release(busy=False, now=10.5) == ()
+    assert sender.to_release(busy=False, now=10.6) == (3, 4) and not sender.slots
+    assert not sender.to_want(waiting=False)
+    assert sender.to_want(waiting=True) and not sender.to_want(waiting=True), "asks once"
+    assert sender.accept(Grant(1, (7,))) is None and list(sender.slots) == [7]

@@ -115,7 +115,30 @@ def test_port_in_use_is_a_transport_error():
             ZmqListener(port=port, max_message_bytes=16)
 
 
-@pytest.mark.parametrize("kwargs", [dict(send_timeout_s=0), dict(high_water_mark=0)])
+class Clock:
+    now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_socket_idle_for_long_is_closed_and_a_later_send_opens_a_new_one():
+    clock = Clock()
+    with ZmqListener(max_message_bytes=64) as a, ZmqListener(max_message_bytes=64) as b:
+        with ZmqTransport(send_timeout_s=10, idle_close_s=300, clock=clock) as transport:
+            transport.send(a.endpoint, [b"1"])
+            assert receive(a) == [b"1"]
+            clock.now += 299
+            transport.send(b.endpoint, [b"2"])
+            assert sorted(transport.endpoints) == sorted((a.endpoint, b.endpoint)), "closed before its time"
+            clock.now += 2
+            transport.send(b.endpoint, [b"3"])
+            assert transport.endpoints == (b.endpoint,)
+            transport.send(a.endpoint, [b"4"])
+            assert receive(a) == [b"4"] and receive(b) == [b"2"] and receive(b) == [b"3"]
+
+
+@pytest.mark.parametrize("kwargs", [dict(send_timeout_s=0), dict(high_water_mark=0), dict(idle_close_s=10)])
 def test_invalid_transport_settings_are_value_errors(kwargs):
     with pytest.raises(ValueError):
         ZmqTransport(**kwargs)
