@@ -292,7 +292,8 @@ class DecodeSide:
         if counter is None:
             return self._drop(room, "an alive message for no room of this rank, or with a bad MAC")
         if not self._rooms.progress(room, alive=counter):
-            return self._drop(room, f"an alive message for an ended room, or replayed (counter {counter} not above the last)")
+            why = f"an alive message for an ended room, or replayed (counter {counter} not above the last)"
+            return self._drop(room, why)
 
     def _on_crash(self, name: str, error: str) -> None:
         """Fail the room whose message the data thread was handling; every live room if none is known."""
@@ -342,7 +343,8 @@ class DecodeSide:
             return self._fail(room, problem)
         segments = self.wire.segment_shapes(manifest.shape, manifest.segment_tokens)
         assembly = SegmentedAssembly(room, manifest.segment_sizes(self.wire), manifest.aux_size)
-        cap_s = self.config.transfer_timeout * (manifest.frame_count(self.wire, self.config.chunk_bytes) + len(segments))
+        frames = manifest.frame_count(self.wire, self.config.chunk_bytes)
+        cap_s = self.config.transfer_timeout * (frames + len(segments))  # one timeout per frame and per segment
         placed = {"heads": (offset, manifest.kv_heads), "segments": segments}
         problem = self._requests.start_receiving(room, manifest, assembly, cap_s=cap_s, extra=placed)
         if problem is not None:

@@ -297,7 +297,8 @@ class MooncakeListener(Listener):
         if not peer.session.check(message):
             return self._reject(peer_id, f"{type(message).__name__} MAC mismatch")
         if message.seq != peer.next_seq:
-            return self._reject(peer_id, f"{type(message).__name__} {message.seq} out of order (expected {peer.next_seq})")
+            kind = type(message).__name__
+            return self._reject(peer_id, f"{kind} {message.seq} out of order (expected {peer.next_seq})")
         peer.next_seq += 1
         return peer
 
