@@ -82,6 +82,7 @@ class PrefillSide:
             pacer=make_pacer(config.link_gbps, burst_bytes=config.chunk_bytes),
             on_error=self._on_send_error,
             submit_timeout_s=0,
+            residual_window_s=config.residual_window_s,
         )
         self.supervisor = Supervisor(self._on_crash)
         self._alive_counter = itertools.count()  # one for every alive message this rank sends

@@ -51,6 +51,11 @@ class LynxConfig:
         segment_tokens: prefill side: a prompt's KV is encoded and sent in
             segments of this many tokens, each as soon as the (chunked)
             prefill has computed it; 0 sends it whole after the last chunk.
+        residual_deadline_ms: prefill side, ``lynx`` mode: a request's residual
+            is due this long after its anchor has left (the time its decode
+            server can draft on the anchor); newer anchors go first only while
+            every queued residual can still make its deadline. Negative: strict
+            anchor priority (no deadlines).
     """
 
     mode: str = "lynx"
@@ -67,6 +72,7 @@ class LynxConfig:
     loopback: bool = False
     max_speculative_tokens: int = 16
     segment_tokens: int = 512
+    residual_deadline_ms: float = -1.0
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -97,8 +103,15 @@ class LynxConfig:
             self.wire.segments(0, self.segment_tokens)
         except ValueError as exc:
             raise ValueError(f"--lynx-segment-tokens: {exc}") from None
+        if not math.isfinite(self.residual_deadline_ms):
+            raise ValueError(f"--lynx-residual-deadline-ms must be a finite number; got {self.residual_deadline_ms}")
         if not (math.isfinite(self.transfer_timeout) and self.transfer_timeout > 0):
             raise ValueError(f"--lynx-transfer-timeout must be > 0 seconds; got {self.transfer_timeout}")
+
+    @property
+    def residual_window_s(self) -> float | None:
+        """The sender's residual window in seconds, or None for strict anchor priority."""
+        return None if self.residual_deadline_ms < 0 else self.residual_deadline_ms / 1000
 
     @property
     def wire(self) -> WireFormat:
@@ -193,6 +206,14 @@ def options() -> tuple[OptionDoc, ...]:
             "Prefill server: encode and send a prompt's KV in segments of N tokens, each as soon "
             "as the chunked prefill has computed it (a multiple of 64; 0 = whole, after the last chunk).",
             type=int,
+        ),
+        OptionDoc(
+            "residual_deadline_ms",
+            "MS",
+            "Prefill server, lynx mode: a request's residual is due this long after its anchor left "
+            "(about what its decode server drafts on the anchor); newer anchors go first only while every "
+            "queued residual can still make it. Negative = strict anchor priority.",
+            type=float,
         ),
         OptionDoc(
             "link_gbps",

@@ -1,4 +1,5 @@
-"""The sender's queues: one FIFO of signed chunks per priority class, queued bytes per endpoint, counters.
+"""The sender's queues: one FIFO of signed chunks per priority class, queued bytes per endpoint, counters,
+and each request's residual deadline (``deadlines.ResidualDeadlines``).
 
 Bookkeeping only, with no lock and no thread: ``PrioritySender`` calls every
 method under its own lock.
@@ -11,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from lynx.transfer.deadlines import ANCHOR_CLASS, ResidualDeadlines
 from lynx.transfer.policy import Pending, next_index
 
 
@@ -55,9 +57,12 @@ class SendQueues:
 
     A chunk's bytes count against its endpoint from ``add`` until ``release``
     (once it is sent) or ``drop``, so the chunk in flight still counts.
+    ``deadlines`` (default: none, strict priority) decides when a residual
+    goes before an anchor.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, deadlines: ResidualDeadlines | None = None) -> None:
+        self.deadlines = deadlines if deadlines is not None else ResidualDeadlines(None)
         self._queues: dict[int, deque[Chunk]] = {}
         self._queued_bytes: dict[str, int] = {}
         self._sent_bytes: dict[int, int] = {}
@@ -80,16 +85,19 @@ class SendQueues:
         queue = self._queues.setdefault(priority, deque())
         for parts, nbytes in frames:
             queue.append(Chunk(Pending(priority, self._seq), submission, parts, nbytes))
+            self.deadlines.queued(priority, submission.room, nbytes)
             self._seq += 1
         endpoint = submission.endpoint
         self._queued_bytes[endpoint] = self._queued_bytes.get(endpoint, 0) + sum(nbytes for _, nbytes in frames)
 
-    def pop_next(self, ready: Callable[[str], bool]) -> Chunk | None:
+    def pop_next(self, ready: Callable[[str], bool], now: float = 0.0, bytes_per_s: float | None = None) -> Chunk | None:
         """Remove and return the chunk the policy sends next among those whose endpoint is ``ready``.
 
         ``ready`` is asked once per endpoint; it may ``drop`` the chunks of an
         endpoint it gives up, and the class being scanned is then passed over.
-        None when no class has a chunk for a ready endpoint.
+        None when no class has a chunk for a ready endpoint. An anchor yields
+        to the oldest residual when ``deadlines`` says a residual is due at
+        ``now`` on a link of ``bytes_per_s`` (None: rate unknown).
         """
         ready_by_endpoint: dict[str, bool] = {}
         heads = []
@@ -105,7 +113,11 @@ class SendQueues:
                     break
         if not heads:
             return None
-        priority, index, chunk = heads[next_index([chunk.pending for _, _, chunk in heads])]
+        pick = next_index([chunk.pending for _, _, chunk in heads])
+        residuals = [i for i, (priority, _, _) in enumerate(heads) if priority != ANCHOR_CLASS]
+        if heads[pick][0] == ANCHOR_CLASS and residuals and self.deadlines.due(heads[pick][2].nbytes, now, bytes_per_s):
+            pick = residuals[next_index([heads[i][2].pending for i in residuals])]
+        priority, index, chunk = heads[pick]
         del self._queues[priority][index]
         return chunk
 
@@ -119,6 +131,7 @@ class SendQueues:
         for chunk in dropped:
             chunk.submission.dropped = True
             self.release(chunk.submission.endpoint, chunk.nbytes)
+            self.deadlines.left(chunk.pending.priority, chunk.submission.room, chunk.nbytes, None)
         self._chunks_dropped += len(dropped)
         return dropped
 
@@ -136,14 +149,16 @@ class SendQueues:
         else:
             self._queued_bytes.pop(endpoint, None)
 
-    def record_sent(self, chunk: Chunk) -> None:
-        """Count ``chunk`` as handed to the transport."""
+    def record_sent(self, chunk: Chunk, now: float) -> None:
+        """Count ``chunk`` as handed to the transport at ``now``."""
+        self.deadlines.left(chunk.pending.priority, chunk.submission.room, chunk.nbytes, now)
         self._chunks_sent += 1
         priority = chunk.pending.priority
         self._sent_bytes[priority] = self._sent_bytes.get(priority, 0) + chunk.nbytes
 
-    def record_dropped(self) -> None:
-        """Count one chunk, already out of the queues, as dropped."""
+    def record_dropped(self, chunk: Chunk) -> None:
+        """Count ``chunk``, already out of the queues (in flight), as dropped."""
+        self.deadlines.left(chunk.pending.priority, chunk.submission.room, chunk.nbytes, None)
         self._chunks_dropped += 1
 
     def stats(self) -> SenderStats:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from lynx.transfer.buffers import byte_view
 from lynx.transfer.chunking import MAX_FRAME_PAYLOAD, sign_chunks
+from lynx.transfer.deadlines import ResidualDeadlines
 from lynx.transfer.frames import priority_of
 from lynx.transfer.pacer import TokenBucket, Unpaced
 from lynx.transfer.send_queue import Chunk, SendQueues, SenderStats, Submission
@@ -56,6 +57,10 @@ class PrioritySender:
             again. Each crash drops every queued chunk and reports each of
             their rooms to ``on_error``; after too many crashes the sender is
             ``broken`` and refuses new work.
+        residual_window_s: a request's residual must have left this long
+            after its anchor (its draft window, unless ``set_window`` names
+            another); anchors go first only while every queued residual can
+            still make it (``deadlines``). None: strict priority.
 
     One link, strict priority among the endpoints that can take a message: a
     stalled or dead peer is skipped, never waited for, so it holds up nobody
@@ -78,6 +83,7 @@ class PrioritySender:
         stall_timeout_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         restart_backoff_s: float = 0.5,
+        residual_window_s: float | None = None,
     ) -> None:
         if not isinstance(chunk_bytes, int) or not 1 <= chunk_bytes <= MAX_FRAME_PAYLOAD:
             raise ValueError(f"chunk_bytes must be an int in 1..{MAX_FRAME_PAYLOAD}, got {chunk_bytes!r}")
@@ -94,7 +100,8 @@ class PrioritySender:
         self._submit_timeout_s, self._clock = float(submit_timeout_s), clock
         self._stalls = StallWatch(float(stall_timeout_s))
         self._cond = threading.Condition()
-        self._queues = SendQueues()
+        self._queues = SendQueues(ResidualDeadlines(residual_window_s))
+        self._rate = getattr(self._pacer, "rate_bytes_per_s", None)
         self._current: Chunk | None = None
         self._closed = self._started = False
         self._supervisor = Supervisor(self._on_crash, backoff_s=restart_backoff_s)
@@ -197,6 +204,11 @@ class PrioritySender:
             self._queues.add(0, Submission(endpoint, room, None, 1), [(list(parts), nbytes)])
             self._cond.notify_all()
 
+    def set_window(self, room: int, window_s: float) -> None:
+        """The draft window of ``room``'s request: its residual is due this long after its anchor left."""
+        with self._cond:
+            self._queues.deadlines.set_window(room, window_s)
+
     def cancel(self, room: int) -> int:
         """Drop every queued chunk of ``room`` (all streams, all endpoints); return how many."""
         with self._cond:
@@ -238,7 +250,9 @@ class PrioritySender:
         with self._cond:
             while not self._closed:
                 reports: list[tuple[list[int], str]] = []
-                chunk = self._queues.pop_next(lambda endpoint: self._endpoint_ready(endpoint, reports))
+                chunk = self._queues.pop_next(
+                    lambda endpoint: self._endpoint_ready(endpoint, reports), self._clock(), self._rate
+                )
                 if chunk is not None:
                     self._current = chunk
                     return chunk, reports
@@ -285,13 +299,13 @@ class PrioritySender:
             done = False
             if failure is not None:
                 submission.dropped = True
-                self._queues.record_dropped()
+                self._queues.record_dropped(chunk)
                 dropped = self._drop(lambda other: other.submission.endpoint == submission.endpoint)
                 failed_rooms = list(dict.fromkeys([submission.room, *(other.submission.room for other in dropped)]))
             elif submission.dropped:
-                self._queues.record_dropped()
+                self._queues.record_dropped(chunk)
             else:
-                self._queues.record_sent(chunk)
+                self._queues.record_sent(chunk, self._clock())
                 submission.remaining -= 1
                 done = submission.remaining == 0 and submission.stream is not None
             self._cond.notify_all()
@@ -307,7 +321,7 @@ class PrioritySender:
             dropped = self._queues.clear()
             if current is not None:
                 current.submission.dropped = True
-                self._queues.record_dropped()
+                self._queues.record_dropped(current)
             self._cond.notify_all()
         carried = ([current] if current is not None else []) + dropped
         for room in dict.fromkeys(chunk.submission.room for chunk in carried):

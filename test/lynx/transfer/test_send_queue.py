@@ -45,7 +45,62 @@ def test_sent_bytes_are_counted_per_class():
     queues = SendQueues()
     queue_stream(queues, "a", 1, 1, [5])
     chunk = queues.pop_next(always)
-    queues.record_sent(chunk)
+    queues.record_sent(chunk, now=1.0)
     queues.release("a", chunk.nbytes)
     stats = queues.stats()
     assert dict(stats.sent_bytes_by_class) == {1: 5} and stats.chunks_sent == 1 and stats.queued_bytes == 0
+
+
+def _drain(queues, now, rate):
+    order = []
+    while (chunk := queues.pop_next(always, now, rate)) is not None:
+        queues.record_sent(chunk, now)
+        order.append((chunk.submission.room, chunk.pending.priority))
+        now += chunk.nbytes / rate
+    return order
+
+
+def test_without_deadlines_every_anchor_overtakes_every_residual():
+    queues = SendQueues()
+    queue_stream(queues, "a", 1, 0, [10])
+    queues.record_sent(queues.pop_next(always), now=0.0)
+    queue_stream(queues, "a", 1, 1, [10, 10])
+    queue_stream(queues, "a", 2, 0, [10, 10, 10])
+    assert _drain(queues, 1.0, 10.0) == [(2, 0)] * 3 + [(1, 1)] * 2
+
+
+def test_a_residual_goes_before_newer_anchors_once_it_would_miss_its_deadline():
+    from lynx.transfer.deadlines import ResidualDeadlines
+
+    queues = SendQueues(ResidualDeadlines(window_s=3.5))
+    queue_stream(queues, "a", 1, 0, [10])
+    queues.record_sent(queues.pop_next(always), now=0.0)  # room 1's anchor left at 0: residual due by 3.5
+    queue_stream(queues, "a", 1, 1, [10, 10])
+    queue_stream(queues, "a", 2, 0, [10, 10, 10])
+    # 10 bytes/s: one anchor chunk (1 s) still leaves room 1's two residual chunks done at 3 s <= 3.5;
+    # a second would end them at 4 s, so they go first, then the rest of room 2's anchor.
+    assert _drain(queues, 0.0, 10.0) == [(2, 0), (1, 1), (1, 1), (2, 0), (2, 0)]
+
+
+def test_a_residual_is_not_due_while_its_own_anchor_waits():
+    from lynx.transfer.deadlines import ResidualDeadlines
+
+    queues = SendQueues(ResidualDeadlines(window_s=0.0))
+    queue_stream(queues, "a", 2, 0, [10])
+    queue_stream(queues, "a", 1, 0, [10])
+    queue_stream(queues, "a", 1, 1, [10])
+    queue_stream(queues, "a", 3, 0, [10])
+    # room 1's residual waits while its anchor is queued, and is due the moment it has left
+    assert _drain(queues, 0.0, 10.0) == [(2, 0), (1, 0), (1, 1), (3, 0)]
+
+
+def test_on_an_unpaced_link_a_residual_is_due_once_its_deadline_has_passed():
+    from lynx.transfer.deadlines import ResidualDeadlines
+
+    queues = SendQueues(ResidualDeadlines(window_s=2.0))
+    queue_stream(queues, "a", 1, 0, [10])
+    queues.record_sent(queues.pop_next(always), now=0.0)
+    queue_stream(queues, "a", 1, 1, [10])
+    queue_stream(queues, "a", 2, 0, [10, 10])
+    assert queues.pop_next(always, now=1.9, bytes_per_s=None).submission.room == 2
+    assert queues.pop_next(always, now=2.0, bytes_per_s=None).submission.room == 1

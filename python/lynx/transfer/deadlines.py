@@ -1,0 +1,137 @@
+"""When a queued residual goes ahead of newer anchors: each request's residual has a deadline.
+
+Strict anchor priority lets a new request's anchor overtake every older
+request's residual. Under load that starves the residuals: an older request
+drafts its speculative cap on the anchor, then waits, and finishes later
+than it would have without Lynx. So once a request's anchor has left, its
+residual (every later stage) gets a deadline: the anchor's departure plus the
+request's draft window, the time the decode server can usefully draft on the
+anchor. Anchors still go first while every queued residual can meet its
+deadline behind them; the moment sending one more anchor chunk would make a
+residual late, the oldest residual goes instead (earliest deadline first:
+residuals leave in their queue order, which is their deadlines' order).
+
+Bookkeeping only, no lock and no thread: the sender calls it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+ANCHOR_CLASS = 0  # priority class of anchors and request metadata; later classes are residual stages
+# Requests whose anchor departure is remembered after their queue emptied (a residual
+# segment may be queued after its anchor has left).
+REMEMBERED_ROOMS = 4096
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """One request's queued residual bytes and when they must have left (None: its anchor has not)."""
+
+    room: int
+    nbytes: int
+    deadline: float | None
+
+
+def residual_due(backlogs: Sequence[Backlog], anchor_bytes: int, now: float, bytes_per_s: float | None) -> bool:
+    """Whether sending `anchor_bytes` of anchor next would make a queued residual miss its deadline.
+
+    `backlogs` are in the order the residuals leave. With the link's rate
+    known, residual ``k`` would finish ``(anchor_bytes + bytes of residuals
+    0..k) / bytes_per_s`` from `now`; without it (an unpaced link), a
+    residual is due once its deadline has passed.
+    """
+    total = anchor_bytes
+    for backlog in backlogs:
+        total += backlog.nbytes
+        if backlog.deadline is None:
+            continue
+        late = now + total / bytes_per_s > backlog.deadline if bytes_per_s else now >= backlog.deadline
+        if late:
+            return True
+    return False
+
+
+class _Room:
+    __slots__ = ("anchor_chunks", "residual_bytes", "anchor_left_at", "window_s")
+
+    def __init__(self, window_s: float) -> None:
+        self.anchor_chunks = 0
+        self.residual_bytes = 0
+        self.anchor_left_at: float | None = None
+        self.window_s = window_s
+
+    @property
+    def idle(self) -> bool:
+        return self.anchor_chunks <= 0 and self.residual_bytes <= 0
+
+
+class ResidualDeadlines:
+    """Per request: anchor chunks queued, residual bytes queued, when its last anchor chunk left.
+
+    Args:
+        window_s: the draft window of a request whose decode server named none
+            (``set_window``); None turns deadlines off (strict anchor priority).
+    """
+
+    def __init__(self, window_s: float | None) -> None:
+        if window_s is not None and not window_s >= 0:
+            raise ValueError(f"window_s must be >= 0 or None, got {window_s!r}")
+        self.window_s = window_s
+        self._rooms: OrderedDict[int, _Room] = OrderedDict()  # oldest first; idle ones kept a while
+
+    def set_window(self, room: int, window_s: float) -> None:
+        """The draft window the decode server gave for `room`'s request."""
+        if not window_s >= 0:
+            raise ValueError(f"window_s must be >= 0, got {window_s!r}")
+        self._room(room).window_s = window_s
+
+    def queued(self, priority: int, room: int, nbytes: int) -> None:
+        entry = self._room(room)
+        if priority == ANCHOR_CLASS:
+            entry.anchor_chunks += 1
+        else:
+            entry.residual_bytes += nbytes
+
+    def left(self, priority: int, room: int, nbytes: int, now: float | None) -> None:
+        """A chunk left the queue: sent at `now`, or dropped (`now` None)."""
+        entry = self._rooms.get(room)
+        if entry is None:
+            return
+        if priority == ANCHOR_CLASS:
+            entry.anchor_chunks -= 1
+            if now is not None:
+                entry.anchor_left_at = now
+        else:
+            entry.residual_bytes -= nbytes
+        while len(self._rooms) > REMEMBERED_ROOMS and next(iter(self._rooms.values())).idle:
+            self._rooms.popitem(last=False)
+
+    def backlogs(self) -> list[Backlog]:
+        """Every request with residual bytes queued, oldest first, with its deadline."""
+        return [
+            Backlog(room, entry.residual_bytes, self._deadline(entry))
+            for room, entry in self._rooms.items()
+            if entry.residual_bytes > 0
+        ]
+
+    def due(self, anchor_bytes: int, now: float, bytes_per_s: float | None) -> bool:
+        """Whether a residual must go before an anchor chunk of `anchor_bytes` (see `residual_due`)."""
+        if self.window_s is None:
+            return False
+        return residual_due(self.backlogs(), anchor_bytes, now, bytes_per_s)
+
+    def _deadline(self, entry: _Room) -> float | None:
+        if entry.anchor_chunks > 0 or entry.anchor_left_at is None:
+            return None
+        return entry.anchor_left_at + entry.window_s
+
+    def _room(self, room: int) -> _Room:
+        entry = self._rooms.get(room)
+        if entry is None:
+            entry = self._rooms[room] = _Room(self.window_s or 0.0)
+        elif entry.idle:
+            self._rooms.move_to_end(room)  # queued again: its residual leaves after those queued now
+        return entry
