@@ -132,6 +132,9 @@ class RoomMetadata:
         num_tokens: exactly how many tokens' KV the prefill must send.
         nonce: the transfer nonce (`lynx.transfer.keys`).
         data_endpoint: where to send the streams (on ``endpoint``'s address).
+        draft_window_ms: how long the decode rank can draft on the anchor
+            (`lynx.speculation.DraftWindow`): the prefill's sender has the
+            residual leave within this of the anchor.
     """
 
     room: int
@@ -144,9 +147,11 @@ class RoomMetadata:
     num_tokens: int
     nonce: bytes
     data_endpoint: str
+    draft_window_ms: int = 0
 
     def to_parts(self) -> list[bytes]:
-        numbers = (self.room, self.dst_port, self.required_dst_info_num, self.decode_prefix_len, self.num_tokens)
+        numbers = (self.room, self.dst_port, self.required_dst_info_num, self.decode_prefix_len, self.num_tokens,
+                   self.draft_window_ms)  # fmt: skip
         return [
             *(str(n).encode() for n in numbers),
             self.endpoint.encode(),
@@ -159,16 +164,16 @@ class RoomMetadata:
     @classmethod
     def from_parts(cls, parts: list[bytes]) -> RoomMetadata:
         try:
-            if len(parts) != 10:
-                raise ValueError(f"{len(parts)} parts, expected 10")
-            room, port, required, prefix, tokens = (int(p) for p in parts[:5])
-            if room < 0 or prefix < 0 or tokens < 0:
-                raise ValueError("negative room, prefix or token count")
-            if len(parts[8]) != NONCE_BYTES:
-                raise ValueError(f"nonce of {len(parts[8])} bytes")
+            if len(parts) != 11:
+                raise ValueError(f"{len(parts)} parts, expected 11")
+            room, port, required, prefix, tokens, window = (int(p) for p in parts[:6])
+            if room < 0 or prefix < 0 or tokens < 0 or window < 0:
+                raise ValueError("negative room, prefix, token count or draft window")
+            if len(parts[9]) != NONCE_BYTES:
+                raise ValueError(f"nonce of {len(parts[9])} bytes")
             return cls(
-                room, parts[5].decode(), port, parts[6].decode(), required, parts[7] == b"1",
-                prefix, tokens, bytes(parts[8]), parts[9].decode(),
+                room, parts[6].decode(), port, parts[7].decode(), required, parts[8] == b"1",
+                prefix, tokens, bytes(parts[9]), parts[10].decode(), window,
             )  # fmt: skip
         except (ValueError, UnicodeDecodeError) as exc:
             raise ControlError(f"malformed room metadata: {exc}") from None

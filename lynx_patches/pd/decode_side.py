@@ -100,6 +100,9 @@ class DecodeSide:
         self.dropped = 0
         self._handling: int | None = None  # the room the data thread's message names, while it handles it
         self._upgrades: dict[int, None] = {}  # rooms (parts) with a landed residual to apply; data thread
+        # How long a request can draft on its anchor here (`lynx.speculation.DraftWindow`, set by the
+        # scheduler); each request's metadata tells its prefill, which sends the residual within it.
+        self.draft_window_s = 0.0
 
     @property
     def data_endpoint(self) -> str:

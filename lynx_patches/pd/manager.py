@@ -136,6 +136,7 @@ class LynxKVManager(CommonKVManager):
             num_tokens=0 if reservation is None else reservation.num_tokens,
             nonce=bytes(16) if reservation is None else reservation.nonce,
             data_endpoint=self.side.data_endpoint,
+            draft_window_ms=round(self.side.draft_window_s * 1000),
         )
         return seal(self.key, metadata.to_parts())
 

@@ -25,7 +25,7 @@ from typing import Protocol
 
 import numpy as np
 from lynx.config import LynxConfig
-from lynx.heads import heads_to_send, part_of
+from lynx.heads import heads_to_send, part_of, transfer_room
 from lynx.manifest import wire_version
 from lynx.transfer.frames import encode_alive
 from lynx.transfer.pacer import make_pacer
@@ -164,6 +164,7 @@ class PrefillSide:
             raise ControlError(f"metadata for room {meta.room} from unregistered {meta.session_id}")
         if not meta.is_dummy:
             check_data_endpoint(meta.data_endpoint, meta.endpoint)
+            self.sender.set_window(transfer_room(meta.room, self.routes[meta.session_id].part), meta.draft_window_ms / 1000)
         decode_prefix_len = self._rooms.add_metadata(meta)
         if decode_prefix_len is not None:
             self._host.room_ready(meta.room, decode_prefix_len)

@@ -24,6 +24,8 @@ import time
 from http import HTTPStatus
 
 
+from lynx.speculation import DraftWindow
+
 from lynx_patches.speculate import commit
 from lynx_patches.speculate.agree import RankAgreement, Readiness
 from lynx_patches.speculate.idle import IdleWait
@@ -60,6 +62,7 @@ class SpecController:
         # wait must not sleep (the others pace the loop; it waits in their next collective).
         self.waiting_on_peers = False
         self.idle = IdleWait(scheduler, side, parked=lambda: bool(self.parked), ready=lambda: self.waiting_on_peers)
+        self.window = DraftWindow(self.config.max_speculative_tokens if self.config.mode == "lynx" else 0)
         self.prometheus = None
         if scheduler.metrics_reporter.enable_metrics:
             from lynx_patches.prometheus import LynxMetrics
@@ -122,6 +125,8 @@ class SpecController:
 
     def before_schedule(self, running_batch):
         self.side.landed.clear()  # every landing after this is seen now or wakes the next idle wait
+        self.window.tick(time.monotonic(), running=bool(getattr(running_batch, "reqs", None)))
+        self.side.draft_window_s = self.window.seconds
         awaited = []
         for req in list(self.reqs.values()):
             state = state_of(req)

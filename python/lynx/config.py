@@ -14,6 +14,7 @@ from lynx.transfer.keys import check_secret
 MODES = ("bf16", "int8", "int4", "lynx")
 TRANSPORTS = ("zmq", "mooncake")
 MOONCAKE_PROTOCOLS = ("tcp", "rdma")
+RESIDUAL_PRIORITIES = ("deadline", "strict")
 SECRET_ENV = "LYNX_SECRET"
 MIN_CHUNK_BYTES = 4 << 10
 MAX_CHUNK_BYTES = 64 << 20
@@ -51,11 +52,11 @@ class LynxConfig:
         segment_tokens: prefill side: a prompt's KV is encoded and sent in
             segments of this many tokens, each as soon as the (chunked)
             prefill has computed it; 0 sends it whole after the last chunk.
-        residual_deadline_ms: prefill side, ``lynx`` mode: a request's residual
-            is due this long after its anchor has left (the time its decode
-            server can draft on the anchor); newer anchors go first only while
-            every queued residual can still make its deadline. Negative: strict
-            anchor priority (no deadlines).
+        residual_priority: prefill side, ``lynx`` mode: ``deadline`` (a
+            request's residual is due one draft window after its anchor left,
+            the time its decode server says it can draft on the anchor; newer
+            anchors go first only while every queued residual can still make
+            its deadline) or ``strict`` (every anchor before any residual).
     """
 
     mode: str = "lynx"
@@ -72,7 +73,7 @@ class LynxConfig:
     loopback: bool = False
     max_speculative_tokens: int = 16
     segment_tokens: int = 512
-    residual_deadline_ms: float = -1.0
+    residual_priority: str = "strict"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -103,15 +104,18 @@ class LynxConfig:
             self.wire.segments(0, self.segment_tokens)
         except ValueError as exc:
             raise ValueError(f"--lynx-segment-tokens: {exc}") from None
-        if not math.isfinite(self.residual_deadline_ms):
-            raise ValueError(f"--lynx-residual-deadline-ms must be a finite number; got {self.residual_deadline_ms}")
+        if self.residual_priority not in RESIDUAL_PRIORITIES:
+            raise ValueError(
+                f"--lynx-residual-priority must be one of {', '.join(RESIDUAL_PRIORITIES)}; got {self.residual_priority!r}"
+            )
         if not (math.isfinite(self.transfer_timeout) and self.transfer_timeout > 0):
             raise ValueError(f"--lynx-transfer-timeout must be > 0 seconds; got {self.transfer_timeout}")
 
     @property
     def residual_window_s(self) -> float | None:
-        """The sender's residual window in seconds, or None for strict anchor priority."""
-        return None if self.residual_deadline_ms < 0 else self.residual_deadline_ms / 1000
+        """The sender's residual window before a decode rank names one (0: right after the anchor),
+        or None for strict anchor priority."""
+        return None if self.residual_priority == "strict" else 0.0
 
     @property
     def wire(self) -> WireFormat:
@@ -208,12 +212,12 @@ def options() -> tuple[OptionDoc, ...]:
             type=int,
         ),
         OptionDoc(
-            "residual_deadline_ms",
-            "MS",
-            "Prefill server, lynx mode: a request's residual is due this long after its anchor left "
-            "(about what its decode server drafts on the anchor); newer anchors go first only while every "
-            "queued residual can still make it. Negative = strict anchor priority.",
-            type=float,
+            "residual_priority",
+            "RULE",
+            "Prefill server, lynx mode: deadline (a request's residual is due one draft window after its "
+            "anchor left, as its decode server measures it; newer anchors go first only while every queued "
+            "residual can still make it) or strict (every anchor before any residual).",
+            choices=RESIDUAL_PRIORITIES,
         ),
         OptionDoc(
             "link_gbps",

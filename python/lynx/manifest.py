@@ -22,6 +22,8 @@ from lynx.transfer import frames
 
 MANIFEST_TAG = b"LYNX_MANIFEST"
 MANIFEST_VERSION = 5
+# The decode rank's per-request metadata (`lynx_patches.pd.control.RoomMetadata`); 2 added its draft window.
+METADATA_VERSION = 2
 MAX_MANIFEST_BYTES = 4096
 MAX_MANIFEST_DEPTH = 2  # an object whose one list (stream_sizes) holds numbers
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -42,7 +44,8 @@ class ManifestAuthError(ManifestError):
 
 def wire_version() -> str:
     """What a peer must speak to exchange KV with this one (named in refusals)."""
-    return f"manifest v{MANIFEST_VERSION}, codec format v{FORMAT_VERSION}, alive v{frames.ALIVE_VERSION}"
+    return (f"manifest v{MANIFEST_VERSION}, codec format v{FORMAT_VERSION}, alive v{frames.ALIVE_VERSION}, "
+            f"metadata v{METADATA_VERSION}")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -63,3 +63,32 @@ def verify(output_ids: Sequence[int], predicted: Sequence[int]) -> Verdict:
     if accepted < speculative:
         kept += (int(predicted[accepted]),)
     return Verdict(kept, accepted, speculative)
+
+
+class DraftWindow:
+    """How long a decode server can usefully draft on a request's anchor: its speculative cap
+    times its recent decode step (an exponential average of the time between scheduler
+    iterations that ran a batch). The prefill sends that request's residual within it.
+
+    Args:
+        cap: tokens a request may draft before it waits for its residual.
+        first_step_s: the step assumed before one is measured.
+        smoothing: weight of each new step in the average (0..1].
+    """
+
+    def __init__(self, cap: int, first_step_s: float = 0.05, smoothing: float = 0.2) -> None:
+        if cap < 0 or not first_step_s > 0 or not 0 < smoothing <= 1:
+            raise ValueError(f"need cap >= 0, first_step_s > 0, 0 < smoothing <= 1; got {cap}, {first_step_s}, {smoothing}")
+        self.cap, self.step_s, self._smoothing = cap, first_step_s, smoothing
+        self._last: float | None = None
+
+    def tick(self, now: float, running: bool) -> None:
+        """One scheduler iteration at `now`; `running`: it runs a batch (its time until the next
+        tick is one step; an idle iteration's is not)."""
+        if self._last is not None:
+            self.step_s += self._smoothing * (now - self._last - self.step_s)
+        self._last = now if running else None
+
+    @property
+    def seconds(self) -> float:
+        return self.cap * self.step_s

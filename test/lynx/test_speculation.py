@@ -27,3 +27,19 @@ def test_prediction_count_must_match():
 def test_accepted_prefix_stops_at_first_difference():
     assert accepted_prefix([1, 2, 3, 4], [1, 2, 0, 4]) == 2
     assert accepted_prefix([], []) == 0
+
+
+def test_the_draft_window_is_the_cap_times_the_averaged_step_and_idle_gaps_do_not_count():
+    from lynx.speculation import DraftWindow
+
+    window = DraftWindow(cap=10, first_step_s=0.1, smoothing=0.5)
+    assert window.seconds == pytest.approx(1.0)
+    window.tick(0.0, running=True)
+    window.tick(0.3, running=False)  # one step of 0.3 s: 0.1 + 0.5 * 0.2
+    assert window.step_s == pytest.approx(0.2)
+    window.tick(100.0, running=True)  # the idle gap before it is not a step
+    assert window.step_s == pytest.approx(0.2)
+    window.tick(100.2, running=True)
+    assert window.seconds == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        DraftWindow(cap=-1)

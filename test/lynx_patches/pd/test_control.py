@@ -30,8 +30,8 @@ def test_registration_round_trips_through_a_sealed_message():
     assert DecodeRegistration.from_parts(open_sealed(KEY, seal(KEY, reg.to_parts()), "registration")) == reg
 
 
-def test_room_metadata_round_trips_with_its_nonce_and_endpoint():
-    meta = _metadata()
+def test_room_metadata_round_trips_with_its_nonce_endpoint_and_draft_window():
+    meta = _metadata(draft_window_ms=1875)
     assert RoomMetadata.from_parts(open_sealed(KEY, seal(KEY, meta.to_parts()), "metadata")) == meta
 
 
@@ -51,7 +51,8 @@ def test_tampered_or_foreign_messages_are_rejected(tamper):
 
 @pytest.mark.parametrize(
     "parts",
-    [[b"not-a-number"], _metadata(nonce=b"short").to_parts(), _metadata(num_tokens=-1).to_parts()],
+    [[b"not-a-number"], _metadata(nonce=b"short").to_parts(), _metadata(num_tokens=-1).to_parts(),
+     _metadata(draft_window_ms=-5).to_parts(), _metadata().to_parts()[:-1]],
 )
 def test_malformed_metadata_raises_control_error(parts):
     with pytest.raises(ControlError, match="malformed"):

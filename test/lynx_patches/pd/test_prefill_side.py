@@ -209,3 +209,17 @@ def test_a_second_live_sender_for_a_room_is_refused(side):
     assert side.claim(5) and not side.claim(5)
     side.release(5)
     assert side.claim(5)
+
+
+
+def test_each_rooms_metadata_gives_the_sender_its_draft_window():
+    import dataclasses
+
+    side = recording_prefill_side(mode="lynx", residual_priority="deadline")
+    try:
+        side.on_registration(registration(), AUX_LENS)
+        side.on_metadata(dataclasses.replace(metadata(room=31), draft_window_ms=1250))
+        assert side.sender._queues.deadlines.backlogs() == []
+        assert side.sender._queues.deadlines._rooms[31].window_s == 1.25
+    finally:
+        side.close()
