@@ -21,9 +21,14 @@ Request types (`--request-types`): ``greedy``; ``sampled`` (temperature 0.8,
 top-p 0.95, a seed); ``logprobs`` (greedy with the top 5 logprobs of every
 token); ``json`` (a JSON schema); ``repetition`` (repetition penalty 1.2).
 Every type runs to `--max-tokens` tokens (``ignore_eos``; the JSON schema asks
-for enough items). Each deployment (and the floor) first answers one short
-untimed request of every type: a server's first request of some types
-compiles kernels (~30 s once for the repetition penalty here).
+for enough items), and every request in every mode asks for the top logprobs
+of each output token (2; 20 for ``sampled``): each ``lynx`` run is judged
+token by token against the ``int8`` run of the same request (`ttft_outputs`:
+near ties, then int8 continued from lynx's prefix on a loopback server
+started after the sweep when a tie needs it). Each deployment (and the floor)
+first answers one short untimed request of every type: a server's first
+request of some types compiles kernels (~30 s once for the repetition
+penalty here).
 
 The link is emulated by the prefill sender's token bucket (`--lynx-link-gbps`), on
 either transport (`--transports zmq,mooncake`). Frames are sized to the
@@ -58,7 +63,7 @@ from lynx_testing.deploy import PDDeployment
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.netns import INSIDE_ENV, isolated
 from lynx_testing.prompts import chat_prompt, long_question
-from lynx_testing.streaming import stream_generate
+from ttft_outputs import LOGPROBS, judge_with_loopback, stream_direct_recorded, stream_recorded
 from ttft_verdicts import FLOOR, agreement, nth_keys, overlap, pipelining, verdicts
 
 JSON_SCHEMA = {
@@ -144,8 +149,10 @@ def request_body(tokenizer, tokens: int, index: int, kind: str, max_tokens: int,
     sampling = {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True, **extra.get("sampling_params", {})}
     if kind == "sampled":
         sampling["sampling_seed"] = seed
-    body = {"text": chat_prompt(tokenizer, question), "sampling_params": sampling}
-    return {**body, **{k: v for k, v in extra.items() if k != "sampling_params"}}
+    body = {"text": chat_prompt(tokenizer, question), "sampling_params": sampling, "return_logprob": True}
+    body |= {k: v for k, v in extra.items() if k != "sampling_params"}
+    body["top_logprobs_num"] = max(body.get("top_logprobs_num", 0), LOGPROBS["sampled" if kind == "sampled" else "greedy"])
+    return body
 
 
 def warm_up_bodies(tokenizer, kinds: list[str]) -> list[dict]:
@@ -157,7 +164,7 @@ def warm_up_bodies(tokenizer, kinds: list[str]) -> list[dict]:
 def warm_up(url: str, tokenizer, kinds: list[str]) -> None:
     """Send `warm_up_bodies` to `url` (a deployment's or the floor's `/generate`), untimed."""
     for body in warm_up_bodies(tokenizer, kinds):
-        stream_generate(url, body)
+        stream_recorded(url, body)
 
 
 def prefill_seconds(pd: PDDeployment, tokenizer, tokens: int) -> float:
@@ -178,17 +185,21 @@ def point_body(tokenizer, tokens: int, kind: str, repeat: int, args) -> dict:
 
 
 def run_point(pd: PDDeployment, tokenizer, tokens: int, kind: str, repeat: int, args) -> dict:
+    """One measured request; its run names it (``request``: the asked prompt length and the repeat)."""
     pd.prefill.flush_cache()
     body = point_body(tokenizer, tokens, kind, repeat, args)
     if getattr(args, "via", "router") == "direct":
-        return pd.stream_direct(body, secrets.randbelow(2**62) + 1, nth=_ints(args.nth))
-    return stream_generate(f"{pd.url}/generate", body, nth=_ints(args.nth))
+        run = stream_direct_recorded(pd, body, secrets.randbelow(2**62) + 1, nth=_ints(args.nth))
+    else:
+        run = stream_recorded(f"{pd.url}/generate", body, nth=_ints(args.nth))
+    return run | {"request": [tokens, repeat]}
 
 
 def run_floor(server: SGLangServer, tokenizer, tokens: int, kind: str, repeat: int, args) -> dict:
     """The same request on the single server (the floor)."""
     server.flush_cache()
-    return stream_generate(f"{server.url}/generate", point_body(tokenizer, tokens, kind, repeat, args), nth=_ints(args.nth))
+    body = point_body(tokenizer, tokens, kind, repeat, args)
+    return stream_recorded(f"{server.url}/generate", body, nth=_ints(args.nth)) | {"request": [tokens, repeat]}
 
 
 def main(argv=None) -> int:
@@ -213,6 +224,7 @@ def main(argv=None) -> int:
             warm_up(f"{floor.url}/generate", tokenizer, kinds)
         sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, floor, floor_runs)
     rows += floor_rows(floor_runs, prefill_times)
+    judged = judge_outputs(rows, model, tokenizer, args)
     write_json(args, rows)  # also gives every row its transfer/prefill ratio, which the table shows
     print_table(rows)
     print()
@@ -227,10 +239,24 @@ def main(argv=None) -> int:
               f"{o['t1_vs_bound']:.3f}{ratio}")  # fmt: skip
     for a in agreement(rows):
         parted = f", parted at repeats {a['parted_repeats']}" if a["parted_repeats"] else ""
-        print(f"outputs {a['link_gbps']:g} Gbps {a['prompt_tokens']} tokens {a['request_type']}: lynx equals int8 "
-              f"in {a['equal']} of {a['compared']}{parted}")  # fmt: skip
+        print(f"outputs {a['link_gbps']:g} Gbps {a['prompt_tokens']} tokens {a['request_type']}: lynx text equals "
+              f"int8's in {a['equal']} of {a['compared']}{parted}")  # fmt: skip
+    for j in judged:
+        print(f"judged {j['link_gbps']:g} Gbps {j['prompt_tokens']} tokens {j['request_type']}: lynx vs int8 "
+              f"{j['summary']}")  # fmt: skip
     print(f"\nJSON: {args.json}")
-    return 0
+    return 0 if all(j["ok"] for j in judged) else 1
+
+
+def judge_outputs(rows: list[dict], model, tokenizer, args) -> list[dict]:
+    """`ttft_outputs.judge_rows` on the sweep's rows, continuations on a loopback server with the pairs' chunked prefill."""
+    server_args = [*CPU_MODEL_ARGS, "--chunked-prefill-size", str(args.chunked_prefill_size)]
+
+    def request_of(row: dict, run: dict) -> dict:
+        tokens, repeat = run["request"]
+        return point_body(tokenizer, tokens, row["request_type"], repeat, args)
+
+    return judge_with_loopback(rows, request_of, tokenizer.encode, model, server_args, Path(args.log_dir))
 
 
 def sweep_points(points, model, tokenizer, kinds, args, rows, prefill_times, floor, floor_runs) -> None:
@@ -306,9 +332,11 @@ def deployment(model, mode: str, rate: float, segment: int, transport: str, args
 
 
 def write_json(args, rows: list[dict]) -> None:
+    """The rows (each run's tokens, not its top logprobs, which only the judging reads), verdicts and judgement."""
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     add_ratios(rows)
-    document = {"args": vars(args), "rows": rows, "verdicts": verdicts(rows), "pipelining": pipelining(rows),
+    kept = [r | {"runs": [{k: v for k, v in run.items() if k != "tops"} for run in r["runs"]]} for r in rows]
+    document = {"args": vars(args), "rows": kept, "verdicts": verdicts(rows), "pipelining": pipelining(rows),
                 "overlap": overlap(rows), "agreement": agreement(rows)}  # fmt: skip
     Path(args.json).write_text(json.dumps(document, indent=2))
 

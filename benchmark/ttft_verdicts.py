@@ -1,6 +1,6 @@
 """What the TTFT sweep's rows show: lynx against int4 and int8, pipelining on against off, the
-overlap of transfer and prefill (`overlap`) and lynx's outputs against int8's (`agreement`), per
-point of the sweep. Pure arithmetic on the rows."""
+overlap of transfer and prefill (`overlap`) and lynx's outputs against int8's (`agreement`, with
+the judgement `ttft_outputs` records), per point of the sweep. Pure arithmetic on the rows."""
 
 from __future__ import annotations
 
@@ -79,26 +79,37 @@ def _beside(lynx_rows: list[dict], others: list[dict] | None) -> tuple[dict, dic
     return lynx_rows[0], _first(others)
 
 
-def agreement(rows: list[dict]) -> list[dict]:
-    """Per (link rate, prompt length, request type, segments, transport): how many of ``lynx``'s
-    outputs equal ``int8`` mode's for the same request (the same body in both modes, repeat by
-    repeat; compared by the digest of the output text each run keeps as ``output_sha``)."""
+def judged_pairs(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """Each ``lynx`` row with the ``int8`` row whose runs answered the same requests (the same link
+    rate, prompt length, request type, segments and transport; the row timed beside it where the
+    sweep ran side by side)."""
     index: dict[tuple, list[dict]] = {}
     for r in rows:
         key = (r["link_gbps"], r["prompt_tokens"], r["request_type"], r["segment_tokens"], r.get("transport"))
         index.setdefault((r["mode"], *key), []).append(r)
-    out = []
+    pairs = []
     for (mode, *key), lynx_rows in index.items():
-        if mode != "lynx" or ("int8", *key) not in index:
-            continue
-        lynx, int8 = _beside(lynx_rows, index[("int8", *key)])
+        if mode == "lynx" and ("int8", *key) in index:
+            pairs.append(_beside(lynx_rows, index[("int8", *key)]))
+    return pairs
+
+
+def agreement(rows: list[dict]) -> list[dict]:
+    """Per (link rate, prompt length, request type, segments, transport): how ``lynx``'s outputs
+    compare with ``int8`` mode's for the same requests, repeat by repeat. ``compared`` / ``equal`` /
+    ``parted_repeats``: the digests of the output texts (``output_sha``); ``judged``: every token
+    judged (`ttft_outputs.judge_rows`: equal, equal after near ties, wrong, unchecked, each parting
+    with its gap), where the sweep recorded tokens."""
+    out = []
+    for lynx, int8 in judged_pairs(rows):
         pairs = {i: (a.get("output_sha"), b.get("output_sha")) for i, (a, b) in enumerate(zip(lynx["runs"], int8["runs"]))}
         pairs = {i: (a, b) for i, (a, b) in pairs.items() if a is not None and b is not None}
         parted = [i for i, (a, b) in pairs.items() if a != b]
-        rate, tokens, kind, segment, transport = key
-        out.append({"link_gbps": rate, "prompt_tokens": tokens, "request_type": kind, "segment_tokens": segment,
-                    "transport": transport, "compared": len(pairs), "equal": len(pairs) - len(parted),
-                    "parted_repeats": parted})  # fmt: skip
+        entry = {k: lynx.get(k) for k in ("link_gbps", "prompt_tokens", "request_type", "segment_tokens", "transport")}
+        entry |= {"compared": len(pairs), "equal": len(pairs) - len(parted), "parted_repeats": parted}
+        if "judged" in lynx:
+            entry["judged"] = lynx["judged"]
+        out.append(entry)
     return out
 
 

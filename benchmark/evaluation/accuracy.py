@@ -2,8 +2,10 @@
 
 Every item is sent through the router as a greedy `/generate` with the top-2
 log-probabilities of each output token, the same request in every variant,
-so two variants' outputs can be compared by `lynx_testing.exactness`: equal,
-parted at a near-tie of the reference, or a mismatch.
+so two variants' outputs can be compared token by token (`lynx_testing.judge`):
+equal, equal after near ties of the reference (each tie's later tokens judged
+against the reference continued from the candidate's prefix, where a server
+that decodes as the reference is given), or a mismatch.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 from evaluation.plan import ItemSpec
-from lynx_testing.exactness import compare_greedy
+from lynx_testing.judge import Answer, judge_pair, request_continuation
 from lynx_testing.launch import post_json
 from lynx_testing.tasks import (
     TaskItem,
@@ -50,16 +52,21 @@ def request_body(item: TaskItem, spec: ItemSpec) -> dict:
     }
 
 
-def run_item(url: str, item: TaskItem, spec: ItemSpec) -> dict:
-    """Generate one item's answer through the router at `url` and score it."""
+def run_item(url: str, item: TaskItem, spec: ItemSpec, encode: Callable[[str], list[int]] | None = None) -> dict:
+    """Generate one item's answer through the router at `url` and score it; `encode` (the
+    servers' tokenizer) gives the record its prompt's token ids, which a continuation needs."""
     answer = post_json(f"{url}/generate", request_body(item, spec), timeout=1200)
     meta = answer["meta_info"]
     top2 = [[(int(tok), float(lp)) for lp, tok, *_ in position[:2]] for position in meta["output_top_logprobs"]]
     lynx = meta.get("lynx") if isinstance(meta.get("lynx"), dict) else {}
+    prompt_ids = encode(item.prompt) if encode is not None else None
+    if prompt_ids is not None and len(prompt_ids) != meta["prompt_tokens"]:
+        raise RuntimeError(f"{item_id(spec)}: {len(prompt_ids)} prompt tokens here, {meta['prompt_tokens']} served")
     return {
         "item": item_id(spec),
         "spec": asdict(spec),
         "prompt_tokens": meta["prompt_tokens"],
+        "prompt_ids": prompt_ids,
         "answers": list(item.answers),
         "text": answer["text"],
         "score": string_match_all(answer["text"], item.answers),
@@ -69,32 +76,63 @@ def run_item(url: str, item: TaskItem, spec: ItemSpec) -> dict:
     }
 
 
-def run_items(url: str, items: Sequence[tuple[ItemSpec, TaskItem]], step: Callable[[], None]) -> list[dict]:
+def run_items(url: str, items: Sequence[tuple[ItemSpec, TaskItem]], step: Callable[[], None],
+              encode: Callable[[str], list[int]] | None = None) -> list[dict]:  # fmt: skip
     out = []
     for spec, item in items:
-        out.append(run_item(url, item, spec))
+        out.append(run_item(url, item, spec, encode))
         step()
     return out
 
 
-def compare(reference: Sequence[dict], candidate: Sequence[dict]) -> list[dict]:
-    """Per item both variants ran: the exactness verdict of the candidate's tokens against the reference's."""
+def compare(reference: Sequence[dict], candidate: Sequence[dict], reference_url: Callable[[], str] | None = None) -> list[dict]:
+    """Per item both variants ran: the candidate's tokens judged against the reference's.
+
+    With `reference_url` (a server that decodes greedily as the reference, asked only after a
+    near tie) the tokens after each tie are judged against the reference continued from the
+    candidate's prefix; without it (a lossy variant against bf16, where only the first parting
+    means something) they are counted as ``unchecked``. ``verdict``: ``equal``, ``near_tie``
+    (equal but for near ties) or ``mismatch``; ``position`` and ``gap``: the first parting's.
+    """
     by_id = {r["item"]: r for r in reference}
     out = []
-    for cand in candidate:
+    for index, cand in enumerate(candidate):
         ref = by_id.get(cand["item"])
         if ref is None:
             continue
-        verdict = compare_greedy(ref["output_ids"], cand["output_ids"], [tuple(p) for p in ref["top2"]])
+        prompt = tuple(ref.get("prompt_ids") or ())
+        continuation = None
+        if reference_url is not None and prompt:
+            params = request_body_params(ref)
+
+            def continuation(ids, n, params=params, prompt=prompt):
+                return request_continuation(post_json, reference_url(), params, len(prompt))(ids, n)
+
+        tally = judge_pair(Answer(prompt, tuple(cand["output_ids"])),
+                           Answer(prompt, tuple(ref["output_ids"]), tuple(_top2(ref["top2"]))), continuation, index)  # fmt: skip
+        first = tally.partings[0] if tally.partings else None
+        verdict = "mismatch" if tally.wrong else "near_tie" if tally.equal_after_ties else "equal"
         out.append({
             "item": cand["item"],
-            "verdict": verdict.verdict,
-            "position": verdict.position,
-            "gap": verdict.gap,
-            "detail": verdict.detail,
+            "verdict": verdict,
+            "position": first.position if first else None,
+            "gap": first.gap if first else None,
+            "detail": next((p.detail for p in tally.partings if p.kind == "mismatch"), ""),
+            "partings": [p.__dict__ for p in tally.partings],
+            "tokens_unchecked": tally.unchecked,
+            "reference_continuations": tally.continuations,
             "scores": (ref["score"], cand["score"]),
         })  # fmt: skip
     return out
+
+
+def request_body_params(record: dict) -> dict:
+    """The sampling parameters an item's record was generated with."""
+    return {"max_new_tokens": record["spec"]["max_new_tokens"], "temperature": 0}
+
+
+def _top2(positions) -> list:
+    return [(tuple(p[0]), tuple(p[1])) for p in positions]
 
 
 def summarize(results: Sequence[dict]) -> dict:

@@ -93,11 +93,17 @@ def _accuracy_table(data: dict) -> list[str]:
 
 
 def _comparison_lines(data: dict) -> list[str]:
-    out = ["Item for item (greedy output tokens; a parting counts only at a reference near-tie, gap < 0.02):", ""]
+    out = ["Item for item (greedy output tokens; a parting counts only at a reference near-tie, gap < 0.02, and in "
+           "an exact pair the tokens after it are judged against the reference continued from the candidate's "
+           "prefix):", ""]  # fmt: skip
     for c in data.get("comparisons", []):
         n = c["counts"]
-        out.append(f"* `{c['candidate']}` against `{c['reference']}`: {n['equal']} equal, {n['near_tie']} near-tie, "
-                   f"{n['mismatch']} differ (of {sum(n.values())})")  # fmt: skip
+        gaps = [p["gap"] for e in c["items"] for p in e.get("partings", []) if p["kind"] == "near_tie"]
+        ties = f", tie gaps {', '.join(f'{g:.4f}' for g in gaps)}" if gaps else ""
+        unchecked = f", {c['tokens_unchecked']} tokens after a first tie not judged (lossy pair)" if c.get(
+            "tokens_unchecked") else ""  # fmt: skip
+        out.append(f"* `{c['candidate']}` against `{c['reference']}`: {n['equal']} equal, {n['near_tie']} equal after "
+                   f"near ties, {n['mismatch']} differ (of {sum(n.values())}){ties}{unchecked}")  # fmt: skip
     return out
 
 
@@ -212,7 +218,8 @@ def console_summary(results: dict) -> str:
     for model, data in results["models"].items():
         for c in data.get("comparisons", []):
             n = c["counts"]
-            lines.append(f"{model}: {c['candidate']} vs {c['reference']}: {n['equal']} equal, {n['near_tie']} near-tie, {n['mismatch']} differ")
+            lines.append(f"{model}: {c['candidate']} vs {c['reference']}: {n['equal']} equal, {n['near_tie']} equal after "
+                         f"near ties, {n['mismatch']} differ")  # fmt: skip
         for name, v in data["variants"].items():
             if "summary" in v:
                 lines.append(f"{model}: {name} mean score {_f(v['summary']['mean_score'])} over {v['summary']['items']} items")

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from evaluation import accuracy, estimates, likelihood, speed
+from evaluation.comparisons import Continuations, comparisons
 from evaluation.deployments import deployment, http_ports, start
 from evaluation.link import ShapedLoopback
 from evaluation.plan import ModelPlan, Variant
@@ -112,7 +113,9 @@ def evaluate_model(plan: ModelPlan, variants: Sequence[Variant], out_dir: Path, 
         result["likelihood"] = {"per_window": per_window, "summary": likelihood.summarize(per_window)}
     except Exception as exc:  # noqa: BLE001
         result["likelihood"] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-    result["comparisons"] = _comparisons(result["variants"])
+    progress.phase(f"{plan.model}: judging the items' tokens")
+    with Continuations(plan, model_path, out_dir, progress.write) as continuations:
+        result["comparisons"] = comparisons(result["variants"], continuations.url)
     _estimator_check(plan, result, progress)
     return result
 
@@ -249,7 +252,7 @@ def _run_variant(plan, variant, make, link, tokenizer, items, rates, gate, progr
         if variant.speculates:
             link.set_rate(min(rates), exempt)
         try:
-            record["items"] = accuracy.run_items(pd.url, chosen, progress.step)
+            record["items"] = accuracy.run_items(pd.url, chosen, progress.step, tokenizer.encode)
         finally:
             link.set_rate(None)
         record["summary"] = accuracy.summarize(record["items"])
@@ -264,19 +267,3 @@ def _run_variant(plan, variant, make, link, tokenizer, items, rates, gate, progr
 def _maker(plan, variant, model_path, out_dir) -> Callable[[], object]:
     """Makes the (not yet started) pair of `variant` of `plan.model`, logging under `out_dir`."""
     return lambda: deployment(plan, variant, model_path, out_dir / "logs" / f"{plan.model}-{variant.name}")
-
-
-COMPARISONS = (
-    ("int8", "lynx"), ("bf16", "stock"), ("bf16", "int8"), ("bf16", "int4"), ("bf16", "lynx-2+6"),
-)  # fmt: skip
-
-
-def _comparisons(variants: dict) -> list[dict]:
-    out = []
-    for reference, candidate in COMPARISONS:
-        ref, cand = variants.get(reference, {}).get("items"), variants.get(candidate, {}).get("items")
-        if ref and cand:
-            verdicts = accuracy.compare(ref, cand)
-            counts = {v: sum(1 for e in verdicts if e["verdict"] == v) for v in ("equal", "near_tie", "mismatch")}
-            out.append({"reference": reference, "candidate": candidate, "counts": counts, "items": verdicts})
-    return out

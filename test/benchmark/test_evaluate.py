@@ -15,7 +15,7 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
 if str(BENCHMARK) not in sys.path:
     sys.path.insert(0, str(BENCHMARK))
 
-from evaluation import accuracy, claims, estimates, likelihood, runner, speed  # noqa: E402
+from evaluation import accuracy, claims, comparisons, estimates, likelihood, runner, speed  # noqa: E402
 from evaluation.link import ShapedLoopback  # noqa: E402
 from evaluation.plan import PROFILES, VARIANTS  # noqa: E402
 from lynx.estimate import GEOMETRIES  # noqa: E402
@@ -69,8 +69,29 @@ def test_item_comparison_uses_the_reference_near_tie_rule():
     tie = [{"item": "a", "output_ids": [1, 5, 7], "score": 0.0}]
     off = [{"item": "a", "output_ids": [9, 2, 3], "score": 1.0}]
     assert accuracy.compare(ref, ref)[0]["verdict"] == "equal"
-    assert accuracy.compare(ref, tie)[0]["verdict"] == "near_tie"
+    lossy = accuracy.compare(ref, tie)[0]
+    assert lossy["verdict"] == "near_tie" and lossy["tokens_unchecked"] == 1, "no continuation: the rest unchecked"
     assert accuracy.compare(ref, off)[0]["verdict"] == "mismatch"
+
+
+def test_an_exact_pair_judges_the_tokens_after_a_near_tie_against_the_reference_continued(monkeypatch):
+    spec = {"max_new_tokens": 3}
+    ref = [{"item": "a", "output_ids": [1, 2, 3], "prompt_ids": [40, 41], "spec": spec, "score": 1.0,
+            "top2": [[(1, -0.1), (9, -3.0)], [(2, -0.69), (5, -0.70)], [(3, -0.1), (4, -2.0)]]}]  # fmt: skip
+    asked = []
+
+    def post(url, body):
+        asked.append((url, body["input_ids"], body["sampling_params"]["max_new_tokens"]))
+        return {"output_ids": [7], "meta_info": {"output_top_logprobs": [[[-0.1, 7, None], [-3.0, 2, None]]]}}
+
+    monkeypatch.setattr(accuracy, "post_json", post)
+    good = accuracy.compare(ref, [{"item": "a", "output_ids": [1, 5, 7], "score": 0.0}], lambda: "http://ref")[0]
+    assert good["verdict"] == "near_tie" and good["tokens_unchecked"] == 0 and good["position"] == 1
+    assert asked == [("http://ref/generate", [40, 41, 1, 5], 1)]
+    bad = accuracy.compare(ref, [{"item": "a", "output_ids": [1, 5, 8], "score": 0.0}], lambda: "http://ref")[0]
+    assert bad["verdict"] == "mismatch" and [p["kind"] for p in bad["partings"]] == ["near_tie", "mismatch"]
+    (pair,) = comparisons.comparisons({"int8": {"items": ref}, "lynx": {"items": ref}})
+    assert pair["exact"] and pair["counts"] == {"equal": 1, "near_tie": 0, "mismatch": 0}
 
 
 def test_bootstrap_interval_brackets_the_mean():
@@ -217,6 +238,7 @@ def test_smallest_configuration_writes_a_full_report(tmp_path):
     assert [v["timings"]["early_start"] for v in model["variants"].values()] == ["", "pair", "pair"]
     (lynx_vs_int8,) = [c for c in model["comparisons"] if (c["reference"], c["candidate"]) == ("int8", "lynx")]
     assert lynx_vs_int8["counts"]["mismatch"] == 0 and sum(lynx_vs_int8["counts"].values()) == 1
+    assert lynx_vs_int8["exact"] and lynx_vs_int8["tokens_unchecked"] == 0
     assert {r["variant"] for r in model["speed"]} == {"int8", "lynx", "stock"}
     assert all(r["t1_s"] > 0 and r["bf16_transfer_to_prefill"] > 0 for r in model["speed"])
     assert set(model["likelihood"]["summary"]) == set(likelihood.CODECS)

@@ -98,6 +98,10 @@ def test_every_request_type_runs_to_the_token_budget():
         assert params["max_new_tokens"] == 128 and params["ignore_eos"]
     assert sweep.request_body(tokenizer, 64, 0, "sampled", 8, seed=3)["sampling_params"]["sampling_seed"] == 3
     assert sweep.request_body(tokenizer, 64, 0, "logprobs", 8, seed=3)["top_logprobs_num"] == 5
+    # Every request asks for the top logprobs the judging of lynx against int8 reads.
+    for kind, top in (("greedy", 2), ("json", 2), ("sampled", 20)):
+        body = sweep.request_body(tokenizer, 64, 0, kind, 8, seed=3)
+        assert body["return_logprob"] and body["top_logprobs_num"] == top
     assert json.loads(sweep.request_body(tokenizer, 64, 0, "json", 8, seed=3)["sampling_params"]["json_schema"])
 
 
@@ -173,6 +177,63 @@ def test_agreement_counts_the_requests_where_lynx_output_equals_int8s():
     assert (entry["equal"], entry["compared"], entry["parted_repeats"]) == (1, 2, [1])
 
 
+def _outputs():
+    import ttft_outputs
+
+    return ttft_outputs
+
+
+def _tops(*steps):
+    """SGLang's top-2 triples per position from ``(first, second, gap)``."""
+    return [[[-0.1, a, None], [-0.1 - gap, b, None]] for a, b, gap in steps]
+
+
+def test_lynx_runs_are_judged_token_by_token_against_int8_and_after_a_tie_against_its_continuation(monkeypatch):
+    outputs = _outputs()
+    asked = []
+
+    def post(url, body):
+        asked.append((url, body["input_ids"], body["sampling_params"]))
+        return {"output_ids": [9], "meta_info": {"output_top_logprobs": _tops((9, 3, 1.0))}}
+
+    monkeypatch.setattr(outputs, "post_json", post)
+    ref = {"output_ids": [5, 6, 7], "tops": _tops((5, 1, 1.0), (6, 8, 0.01), (7, 1, 1.0)), "prompt_tokens": 3}
+    int8 = _row("int8", "greedy", runs=[ref | {"request": [1000, r]} for r in range(3)])
+    lynx_runs = [{"output_ids": [5, 6, 7]}, {"output_ids": [5, 8, 9]}, {"output_ids": [5, 8, 4]}]
+    lynx = _row("lynx", "greedy", runs=[run | {"request": [1000, r]} for r, run in enumerate(lynx_runs)])
+    body = {"text": "abc", "sampling_params": {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}}
+    (summary,) = outputs.judge_rows([int8, lynx], lambda row, run: body, lambda text: [1, 2, 3],
+                                    lambda: "http://ref", vocab=16)  # fmt: skip
+    judged = lynx["judged"]
+    assert (judged["equal"], judged["equal_after_near_ties"], judged["wrong"]) == (1, 1, 1) and not summary["ok"]
+    assert asked[0] == ("http://ref/generate", [1, 2, 3, 5, 8], {"temperature": 0, "ignore_eos": True,
+                                                                   "max_new_tokens": 1})  # fmt: skip
+    assert [(p["request"], p["position"], p["kind"]) for p in judged["partings"]] == [
+        (1, 1, "near_tie"), (2, 1, "near_tie"), (2, 2, "mismatch")]  # fmt: skip
+    (entry,) = _sweep().agreement([int8, lynx])
+    assert entry["judged"] is judged
+
+
+def test_runs_whose_state_no_continuation_rebuilds_count_the_tokens_after_a_tie_unchecked():
+    outputs = _outputs()
+    ref = {"output_ids": [5, 6, 7], "tops": _tops((5, 1, 1.0), (6, 8, 0.01), (7, 1, 1.0)), "request": [1000, 0]}
+    int8 = _row("int8", "json", runs=[ref])
+    lynx = _row("lynx", "json", runs=[{"output_ids": [5, 8, 2], "request": [1000, 0]}])
+    body = {"text": "abc", "sampling_params": {"temperature": 0, "json_schema": "{}"}}
+    outputs.judge_rows([int8, lynx], lambda row, run: body, lambda text: [1, 2, 3], lambda: "unused", vocab=16)
+    assert (lynx["judged"]["equal_after_near_ties"], lynx["judged"]["tokens_unchecked"]) == (1, 1)
+
+
+def test_the_json_keeps_each_runs_tokens_but_not_its_top_logprobs(tmp_path):
+    sweep = _sweep()
+    run = {"t1_s": 5.0, "prompt_tokens": 1072, "output_ids": [5, 6], "tops": _tops((5, 1, 1.0), (6, 1, 1.0))}
+    row = sweep.summarize("int8", 0.02, 1072, "greedy", 6.5, [run]) | {"segment_tokens": 512, "transport": "zmq"}
+    args = sweep.parse_args(["--json", str(tmp_path / "sweep.json")])
+    sweep.write_json(args, [row])
+    (kept,) = json.loads((tmp_path / "sweep.json").read_text())["rows"][0]["runs"]
+    assert kept["output_ids"] == [5, 6] and "tops" not in kept and row["runs"][0]["tops"]
+
+
 def test_unknown_request_types_are_refused():
     with pytest.raises(SystemExit):
         _sweep().parse_args(["--request-types", "greedy,haiku"])
@@ -200,6 +261,7 @@ def test_lynx_point_reports_nth_tokens_arrivals_acceptance_and_verify_stages(tmp
         assert 0 <= row["accepted_tokens"] <= row["speculative_tokens"]
     assert sum(r["speculative_tokens"] for r in rows) > 0
     assert all(len(run["output_sha"]) == 16 for row in rows for run in row["runs"])
+    assert all(len(run["output_ids"]) == 8 for row in rows for run in row["runs"]), "every run keeps its tokens"
 
 
 def test_the_floor_rows_summarize_without_a_wire_format(tmp_path):

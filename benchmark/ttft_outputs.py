@@ -1,0 +1,147 @@
+"""The TTFT sweep's outputs: each measured request's tokens and top logprobs, and lynx judged against int8.
+
+Every measured request asks for the top logprobs of each output position (the
+same request in every mode: `LOGPROBS`), and its run keeps the output tokens
+(``output_ids``) and, until judged, the top logprobs (``tops``). `judge_rows`
+judges each ``lynx`` run against the ``int8`` run of the same request (same
+point, same repeat; `ttft_verdicts.judged_pairs`): greedy types by the near-tie
+rule, after a tie against a reference continued from lynx's prefix on a single
+server that decodes as int8 mode (``--lynx-loopback --lynx-mode int8``,
+started the first time a tie needs it); seeded samples by the seeded near-tie
+rule. Where no continuation can rebuild a request's state (a grammar, a
+repetition penalty, a sample's position-seeded noise), the tokens after a tie
+are counted as unchecked. Each judged lynx row keeps the counts and every
+parting with its gap (``judged``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from lynx_testing.deploy import HOST
+from lynx_testing.judge import Answer, Tally, judge_pair, judge_sampled, request_continuation, top_two
+from lynx_testing.launch import SGLangServer, post_json
+from lynx_testing.streaming import sse_events
+from ttft_verdicts import judged_pairs
+
+# Top logprobs per output position in every mode's requests: two judge a greedy parting; a
+# seeded sample's parting token may rank lower in the reference (`exactness.compare_sampled`).
+LOGPROBS = {"greedy": 2, "sampled": 20}
+
+
+def stream_recorded(url: str, body: dict, nth: Sequence[int] = (1,), timeout: float = 600.0) -> dict:
+    """`lynx_testing.streaming.stream_generate`'s timings of a streaming `/generate`, plus the
+    final event's ``output_ids`` and per-position top logprobs (``tops``, SGLang's triples)."""
+    start = time.perf_counter()
+    result: dict = {}
+    last: dict = {}
+    for event in sse_events(url, body, timeout):
+        now = time.perf_counter() - start
+        if "error" in event:
+            raise RuntimeError(f"server error: {event['error']}")
+        meta = event.get("meta_info", {})
+        count = meta.get("completion_tokens", 0)
+        if count >= 1 and "ttft_s" not in result:
+            result["ttft_s"] = now
+        for n in nth:
+            if count >= n and f"t{n}_s" not in result:
+                result[f"t{n}_s"] = now
+        if isinstance(meta.get("lynx"), dict):
+            result.update(meta["lynx"])
+        last = event
+    meta = last.get("meta_info", {})
+    result.update(prompt_tokens=meta.get("prompt_tokens"), completion_tokens=meta.get("completion_tokens"),
+                  text=last.get("text", ""), output_ids=list(last.get("output_ids") or []),
+                  tops=meta.get("output_top_logprobs") or [])  # fmt: skip
+    return result
+
+
+def stream_direct_recorded(pd, body: dict, room: int, nth: Sequence[int] = (1,), timeout: float = 600.0) -> dict:
+    """`stream_recorded` of the decode server's stream, the request sent to both servers with
+    bootstrap room `room` (bypassing the router), plus ``prefill_s``: the prefill server's own time
+    for the request (bootstrap, prefill, KV snapshot), as `PDDeployment.stream_direct` reports it."""
+    fields = {"bootstrap_host": HOST, "bootstrap_port": pd.bootstrap_port, "bootstrap_room": room}
+    prefill: dict = {}
+
+    def call() -> None:
+        try:
+            prefill["answer"] = post_json(f"{pd.prefill.url}/generate", {**body, **fields}, timeout)
+        except OSError as exc:
+            prefill["error"] = f"{type(exc).__name__}: {exc}"
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    try:
+        result = stream_recorded(f"{pd.decode.url}/generate", {**body, **fields}, nth, timeout)
+    finally:
+        thread.join(timeout)
+    if "answer" not in prefill:
+        raise RuntimeError(f"the prefill server did not answer: {prefill.get('error', 'timed out')}")
+    return {**result, "prefill_s": prefill["answer"]["meta_info"]["e2e_latency"]}
+
+
+def judge_rows(
+    rows: list[dict],
+    request_of: Callable[[dict, dict], dict],
+    encode: Callable[[str], list[int]],
+    reference_url: Callable[[], str],
+    vocab: int,
+) -> list[dict]:
+    """Judge every ``lynx`` row's runs against its ``int8`` row's; sets ``row["judged"]``.
+
+    `request_of(row, run)` gives the body a run sent; `reference_url()` the URL of the int8
+    continuation server (asked only after a near tie). Returns one summary per judged row.
+    """
+    out = []
+    for lynx, int8 in judged_pairs(rows):
+        tally = Tally()
+        for index, (mine, ref) in enumerate(zip(lynx["runs"], int8["runs"])):
+            if mine.get("output_ids") is None or ref.get("output_ids") is None:
+                continue  # a run recorded without its tokens
+            body = request_of(lynx, mine)
+            tally.add(_judge_run(mine, ref, body, encode, reference_url, vocab, index))
+        lynx["judged"] = tally.as_dict()
+        out.append({k: lynx.get(k) for k in ("link_gbps", "prompt_tokens", "request_type", "segment_tokens", "transport")}
+                   | {"summary": tally.summary(), "ok": tally.ok})  # fmt: skip
+    return out
+
+
+def _judge_run(mine: dict, ref: dict, body: dict, encode, reference_url, vocab: int, index: int) -> Tally:
+    params = body["sampling_params"]
+    if params.get("temperature", 0) > 0:
+        known = [{int(t): lp for lp, t, *_ in p} for p in ref["tops"]]
+        return judge_sampled(mine["output_ids"], ref["output_ids"], known, params["sampling_seed"], vocab, index)
+    prompt = encode(body["text"])
+    if ref.get("prompt_tokens") not in (None, len(prompt)):
+        raise RuntimeError(f"the prompt tokenized to {len(prompt)} tokens here, {ref['prompt_tokens']} on the server")
+    reference = Answer(tuple(prompt), tuple(ref["output_ids"]), tuple(top_two(ref["tops"])))
+    continues = request_continuation(post_json, "", params, len(prompt)) is not None
+
+    def continuation(ids, n):
+        return request_continuation(post_json, reference_url(), params, len(prompt))(ids, n)
+
+    candidate = Answer(tuple(prompt), tuple(mine["output_ids"]))
+    return judge_pair(candidate, reference, continuation if continues else None, index)
+
+
+def judge_with_loopback(rows: list[dict], request_of, encode, model, server_args: Sequence[str], log_dir: Path) -> list[dict]:
+    """`judge_rows` with an int8 loopback server of `model` (``--lynx --lynx-mode int8 --lynx-loopback
+    *server_args``) as the continuation server, started the first time a near tie needs it."""
+    vocab = json.loads((Path(model) / "config.json").read_text())["vocab_size"]
+    with contextlib.ExitStack() as stack:
+        started: list[SGLangServer] = []
+
+        def reference_url() -> str:
+            if not started:
+                print("judging: starting the int8 continuation server", file=sys.stderr, flush=True)
+                args = ["--lynx", "--lynx-mode", "int8", "--lynx-loopback", *server_args]
+                started.append(stack.enter_context(SGLangServer(model, args, log_path=log_dir / "continuation.log")))
+            return started[0].url
+
+        return judge_rows(rows, request_of, encode, reference_url, vocab)
