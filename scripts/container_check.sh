@@ -49,7 +49,7 @@ for arg in "$@"; do
         --prepare) prepare_only=1 ;;
         --compose) compose=1 ;;
         --no-cache) build_flags+=(--no-cache) ;;
-        -h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "[check] unknown argument: $arg (see --help)" >&2; exit 2 ;;
     esac
 done

@@ -8,9 +8,10 @@ kustomization.yaml by its resources, namespace, labels, replicas and
 strategic-merge patches (other kustomize fields are refused, not ignored); a
 folder without one by its YAML files. Every rendered resource is then
 validated strictly (unknown fields are errors) with `kubernetes-validate`,
-whose wheel carries the JSON schemas of Kubernetes 1.25-1.37, so nothing is
-downloaded. Default versions: the oldest and the newest the package holds.
-Custom resources (e.g. the Prometheus Operator's PodMonitor) have no schema
+whose wheel carries the JSON schemas of Kubernetes 1.25-1.37, so no schema is
+downloaded (the pinned package itself is installed into this Python's
+environment first where it is missing). Default versions: the oldest and the
+newest the package holds. Custom resources (e.g. the Prometheus Operator's PodMonitor) have no schema
 there; they are listed as not validated.
 
 Exit status: 0 all valid, 1 a resource failed, 2 a folder could not be rendered.
@@ -20,12 +21,15 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+VALIDATOR = "kubernetes-validate==1.37.0"  # its wheel carries the schemas
 DEFAULT_FOLDERS = ("deploy/k8s/base", "deploy/k8s/gpu", "deploy/k8s/monitoring")
 KUSTOMIZE_FIELDS = {"apiVersion", "kind", "namespace", "labels", "resources", "replicas", "patches"}
 SCALABLE = {"Deployment", "ReplicaSet", "ReplicationController", "StatefulSet"}
@@ -112,13 +116,17 @@ def render(folder: Path) -> list[dict]:
     return resources
 
 
+def ensure_validator() -> None:
+    """Install the pinned kubernetes-validate into this interpreter's environment where it is missing."""
+    if importlib.util.find_spec("kubernetes_validate") is None:
+        print(f"installing {VALIDATOR} into {sys.prefix}", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", VALIDATOR], check=True)
+
+
 def main() -> int:
-    try:
-        import kubernetes_validate
-        from kubernetes_validate.utils import SchemaNotFoundError, ValidationError, all_versions
-    except ImportError:
-        print("ERROR kubernetes-validate is not installed: pip install 'kubernetes-validate==1.37.0'", file=sys.stderr)
-        return 2
+    ensure_validator()
+    import kubernetes_validate
+    from kubernetes_validate.utils import SchemaNotFoundError, ValidationError, all_versions
 
     shipped = all_versions()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
