@@ -92,7 +92,7 @@ def _prepare_disaggregation(server_args, config: LynxConfig) -> None:
             "would have to send its own layers' KV)"
         )
     server_args.disaggregation_transfer_backend = BACKEND
-    if config.mode == "lynx" and server_args.disaggregation_mode == "decode":
+    if config.speculates and server_args.disaggregation_mode == "decode":
         # Residual upgrades and verify passes run between forward passes; the
         # overlap schedule would have the next forward in flight.
         server_args.disable_overlap_schedule = True

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from lynx.config import LynxConfig
 from lynx.heads import HeadSlice, coverage_problem, placement, transfer_room
+from lynx.kvwire import WireFormat
 from lynx.manifest import ManifestAuthError, ManifestError, manifest_room, open_manifest
 from lynx.transfer.frames import (
     FrameError,
@@ -88,6 +89,7 @@ class DecodeSide:
 
     def __init__(self, config: LynxConfig, secret: bytes, host: DecodeHost, bind_host: str, clock=None) -> None:
         self.config, self.wire, self._secret, self._host = config, config.wire, secret, host
+        self._wires = config.wires  # the formats a manifest may name (two under --lynx-mode auto)
         self._rooms = RoomTable(config.transfer_timeout, **({"clock": clock} if clock else {}))
         self._requests = PartedRooms(self._rooms)
         self.landed = threading.Event()
@@ -162,6 +164,16 @@ class DecodeSide:
     def room_state(self, room: int) -> RoomState | None:
         """The request's state: FAILED if a part failed, else its least advanced part's; None if gone."""
         return self._requests.state(room)
+
+    def sent_as(self, room: int) -> str | None:
+        """The mode the request's KV was sent in (its manifest's), None before its manifest or once gone."""
+        manifest = next((e.manifest for e in self._requests.entries(room) if e is not None and e.manifest), None)
+        return None if manifest is None else manifest.mode
+
+    def num_streams(self, room: int) -> int:
+        """Streams of the request's wire format (its manifest's; this server's before one arrived)."""
+        mode = self.sent_as(room)
+        return (self.wire if mode is None else self._wires[mode]).num_streams
 
     def timings(self, room: int) -> dict[str, float]:
         """The request's milestones so far (seconds since it arrived; its last part's); {} if it is gone."""
@@ -339,14 +351,15 @@ class DecodeSide:
             offset = placement(pool.shard, manifest.first_head, manifest.kv_heads)
         except ValueError as exc:
             return self._fail(room, f"rejected manifest: {exc}")
-        problem = manifest.mismatch(self.wire, pool.shape(entry.num_tokens, manifest.kv_heads), self.config.preset)
+        wire = self._wires.get(manifest.mode, self.wire)
+        problem = manifest.mismatch(wire, pool.shape(entry.num_tokens, manifest.kv_heads), self.config.preset)
         if problem is None and manifest.aux_size != pool.aux_size:
             problem = f"aux of {manifest.aux_size} bytes, this server's metadata rows are different"
         if problem is not None:
             return self._fail(room, problem)
-        segments = self.wire.segment_shapes(manifest.shape, manifest.segment_tokens)
-        assembly = SegmentedAssembly(room, manifest.segment_sizes(self.wire), manifest.aux_size)
-        frames = manifest.frame_count(self.wire, self.config.chunk_bytes)
+        segments = wire.segment_shapes(manifest.shape, manifest.segment_tokens)
+        assembly = SegmentedAssembly(room, manifest.segment_sizes(wire), manifest.aux_size)
+        frames = manifest.frame_count(wire, self.config.chunk_bytes)
         cap_s = self.config.transfer_timeout * (frames + len(segments))  # one timeout per frame and per segment
         placed = {"heads": (offset, manifest.kv_heads), "segments": segments}
         problem = self._requests.start_receiving(room, manifest, assembly, cap_s=cap_s, extra=placed)
@@ -381,10 +394,11 @@ class DecodeSide:
         self._rooms.progress(room)
         if entry.state is RoomState.RECEIVING:
             self._land_anchors(entry, assembly)
-        if self.wire.num_streams > 1 and entry.room not in self._upgrades and assembly.upgradable():
+        streams = assembly.num_streams
+        if streams > 1 and entry.room not in self._upgrades and assembly.upgradable():
             self._upgrades[entry.room] = None
         if self._rooms.anchored(entry.room) and assembly.all_ready:
-            self._rooms.all_landed(entry.room, complete=self.wire.num_streams == 1)
+            self._rooms.all_landed(entry.room, complete=streams == 1)
             self.landed.set()
 
     def _land_anchors(self, entry: Room, assembly: SegmentedAssembly) -> None:
@@ -407,7 +421,7 @@ class DecodeSide:
         pool = self.pool
         with self._rooms.writing(entry.room, final=segment is None) as allowed:
             if allowed and segment is not None:
-                self.wire.write([as_tensor(assembly.buffer(segment, 0))], *self._target(entry, segment))
+                self._wire(entry).write([as_tensor(assembly.buffer(segment, 0))], *self._target(entry, segment))
                 assembly.anchors_written.add(segment)
             elif allowed and entry.extra[PART] == 0:
                 pool.write_aux(entry.aux_index, assembly.aux_buffer())
@@ -423,10 +437,14 @@ class DecodeSide:
         first = assembly.layers_applied.get(segment, 0)
         end = len(k_buffers) if layers is None else min(first + layers, len(k_buffers))
         streams = [as_tensor(assembly.buffer(segment, s)) for s in range(assembly.num_streams)]
-        self.wire.upgrade(streams, shape, k_buffers, v_buffers, index, range(first, end))
+        self._wire(entry).upgrade(streams, shape, k_buffers, v_buffers, index, range(first, end))
         assembly.layers_applied[segment] = end
         if end == len(k_buffers):
             assembly.residuals_applied.add(segment)
+
+    def _wire(self, entry: Room) -> WireFormat:
+        """The wire format of the room's accepted manifest."""
+        return self._wires[entry.manifest.mode]
 
     def _target(self, entry: Room, segment: int) -> tuple:
         """Where one segment goes: its shape, the part's K and V buffers, its slots' index."""

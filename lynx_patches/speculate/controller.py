@@ -49,7 +49,8 @@ GRAMMAR_MAX_DRAFTS = 128
 
 
 class SpecController:
-    """One per decode scheduler of a Lynx server (all modes; only ``lynx`` mode speculates)."""
+    """One per decode scheduler of a Lynx server (all modes; ``lynx`` and ``auto`` requests sent in two
+    streams speculate)."""
 
     def __init__(self, scheduler, side, agreement: RankAgreement | None = None) -> None:
         self.scheduler = scheduler
@@ -62,7 +63,7 @@ class SpecController:
         # wait must not sleep (the others pace the loop; it waits in their next collective).
         self.waiting_on_peers = False
         self.idle = IdleWait(scheduler, side, parked=lambda: bool(self.parked), ready=lambda: self.waiting_on_peers)
-        self.window = DraftWindow(self.config.max_speculative_tokens if self.config.mode == "lynx" else 0)
+        self.window = DraftWindow(self.config.max_speculative_tokens if self.config.speculates else 0)
         self.prometheus = None
         if scheduler.metrics_reporter.enable_metrics:
             from lynx_patches.prometheus import LynxMetrics

@@ -44,10 +44,10 @@ def commit_transfer(original, queue, decode_req):
         return original(queue, decode_req)
     side = decode_req.kv_receiver.lynx_side
     room = req.bootstrap_room
-    residual_pending = side.wire.num_streams > 1
+    residual_pending = side.num_streams(room) > 1
     if residual_pending:
         side.hand_over(room)  # the residual outlives SGLang's receiver
-    timings = side.timings(room)
+    timings = {**side.timings(room), "sent_as": side.sent_as(room)}
     result = original(queue, decode_req)
     controller = controller_of(queue.scheduler)
     if req.finished():  # aborted at commit: nothing will consume the room

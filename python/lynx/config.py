@@ -11,7 +11,7 @@ from lynx.codec import CodecSpec
 from lynx.kvwire import WireFormat
 from lynx.transfer.keys import check_secret
 
-MODES = ("bf16", "int8", "int4", "lynx")
+MODES = ("bf16", "int8", "int4", "lynx", "auto")
 TRANSPORTS = ("zmq", "mooncake")
 MOONCAKE_PROTOCOLS = ("tcp", "rdma")
 RESIDUAL_PRIORITIES = ("deadline", "strict")
@@ -78,6 +78,11 @@ class LynxConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"--lynx-mode must be one of {', '.join(MODES)}; got {self.mode!r}")
+        if self.mode == "auto" and self.preset != "int8":
+            raise ValueError(
+                "--lynx-mode auto sends each request as int8's one stream or lynx's two streams of the int8 "
+                f"preset, so it takes --lynx-preset int8; got {self.preset!r}"
+            )
         try:
             CodecSpec.preset(self.preset)
         except ValueError as exc:
@@ -119,7 +124,20 @@ class LynxConfig:
 
     @property
     def wire(self) -> WireFormat:
-        return WireFormat.for_mode(self.mode, self.preset)
+        """The wire format of this server's requests (``auto``: lynx's; see `wires`)."""
+        return WireFormat.for_mode("lynx" if self.mode == "auto" else self.mode, self.preset)
+
+    @property
+    def wires(self) -> dict[str, WireFormat]:
+        """Every wire format a request of this server may be sent in, by the mode a manifest names."""
+        if self.mode == "auto":
+            return {m: WireFormat.for_mode(m, self.preset) for m in ("int8", "lynx")}
+        return {self.mode: self.wire}
+
+    @property
+    def speculates(self) -> bool:
+        """Whether requests may decode on the anchor here (``lynx`` and ``auto``)."""
+        return self.mode in ("lynx", "auto")
 
     def load_secret(self) -> bytes:
         """The shared secret (b"" when insecure and none is configured).
@@ -187,8 +205,8 @@ def options() -> tuple[OptionDoc, ...]:
             "mode",
             "MODE",
             "What crosses the prefill->decode link: bf16 (unquantized), int8 (one "
-            "8-bit stream), int4 (anchor only, lossy) or lynx (anchor first, "
-            "residual later).",
+            "8-bit stream), int4 (anchor only, lossy), lynx (anchor first, "
+            "residual later) or auto (per request int8 where the link keeps up with the prefill, else lynx).",
             choices=MODES,
         ),
         OptionDoc(

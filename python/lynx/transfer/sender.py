@@ -107,6 +107,11 @@ class PrioritySender:
         self._supervisor = Supervisor(self._on_crash, backoff_s=restart_backoff_s)
 
     @property
+    def link_bytes_per_s(self) -> float | None:
+        """The paced link's rate, None when unpaced (the real link's rate is not known here)."""
+        return self._rate
+
+    @property
     def broken(self) -> str | None:
         """Why the worker stopped restarting (it kept crashing), or None."""
         return self._supervisor.broken

@@ -34,8 +34,8 @@ class Recorder(Transport):
 class Pair:
     """A prefill side whose messages are handed to a decode side on `deliver()`."""
 
-    def __init__(self, segment_tokens: int):
-        self.config = config(mode="lynx", segment_tokens=segment_tokens)
+    def __init__(self, segment_tokens: int, **options):
+        self.config = config(**{"mode": "lynx", "segment_tokens": segment_tokens, **options})
         self.source, self.target = FakePool(seed=0, slots=400), FakePool(seed=1, slots=400)
         self.decode_host, self.prefill_host = DecodeHost(), PrefillHost()
         self.decode = DecodeSide(self.config, SECRET, self.decode_host, "127.0.0.1")
@@ -212,5 +212,24 @@ def test_while_the_prefill_computes_its_decode_ranks_hear_it_is_alive_until_the_
         pair.deliver()
         assert pair.decode_host.succeeded == [ROOM]
         assert not wait_for(lambda: any(m[0] == ALIVE_TAG for m in sent), timeout_s=0.3), "no alive after the metadata"
+    finally:
+        pair.close()
+
+
+@pytest.mark.parametrize(("link_gbps", "sent_as"), [(0.0, "lynx"), (10.0, "int8")])
+def test_auto_mode_sends_one_stream_only_where_the_link_keeps_up_and_both_land_the_same_kv(link_gbps, sent_as):
+    pair = Pair(segment_tokens=64, mode="auto", link_gbps=link_gbps)
+    try:
+        pair.prefill.encoder._prefill_rate.tokens_per_s = 100.0  # this prefill takes 1.5 s for the request
+        pair.chunk(0, TOKENS, last=True)
+        pair.deliver()
+        # unpaced, the link's rate is unknown: progressive; 10 Gbit/s sends it well within the prefill: one stream
+        assert pair.decode.sent_as(ROOM) == sent_as
+        assert pair.decode.num_streams(ROOM) == (2 if sent_as == "lynx" else 1)
+        assert pair.decode_host.succeeded == [ROOM]
+        if sent_as == "lynx":
+            assert pair.decode.apply_residual(ROOM)
+        assert pair.decode.room_state(ROOM) is RoomState.COMPLETE
+        assert all(torch.equal(a, b) for a, b in zip(pair.target.snapshot(DST), whole_transfer(2)))
     finally:
         pair.close()
