@@ -44,3 +44,11 @@ def test_product_packages_never_import_the_harness():
     for folder in (ROOT / "python" / "lynx", ROOT / "lynx_patches", ROOT / "kernels" / "lynx_kernels"):
         for path in folder.rglob("*.py"):
             assert "lynx_testing" not in path.read_text(), f"{path.relative_to(ROOT)} imports the test harness"
+
+
+def test_every_generated_block_of_the_docs_matches_its_committed_json():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "doc_tables.py"), "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

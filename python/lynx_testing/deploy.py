@@ -56,6 +56,8 @@ class PDDeployment:
         extra_args: further arguments for both servers.
         env: extra environment for both servers (e.g. ``{"LYNX_SECRET": ...}``).
         prefill_args, decode_args: further arguments for one server only (e.g. its ``--tp-size``).
+        prefill_servers: how many prefill servers feed the one decode server through the router
+            (fan-in); each has its own bootstrap port. `prefill` is the first of `prefills`.
     """
 
     def __init__(
@@ -70,31 +72,32 @@ class PDDeployment:
         served_model_name: str = SERVED_MODEL,
         prefill_args: Sequence[str] = (),
         decode_args: Sequence[str] = (),
+        prefill_servers: int = 1,
     ) -> None:
+        if prefill_servers < 1:
+            raise ValueError(f"prefill_servers must be >= 1, got {prefill_servers}")
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.bootstrap_port = free_port()
+        self.bootstrap_ports = [free_port() for _ in range(prefill_servers)]
+        self.bootstrap_port = self.bootstrap_ports[0]
         self.served_model_name = served_model_name
-        common = [
-            "--lynx",
-            *lynx_args,
-            "--served-model-name",
-            served_model_name,
-            "--disaggregation-bootstrap-port",
-            str(self.bootstrap_port),
-            *extra_args,
-        ]
+        common = ["--lynx", *lynx_args, "--served-model-name", served_model_name, *extra_args]
         env = {**PD_SERVER_ENV, **(env or {})}
-        self.prefill = SGLangServer(
-            model_path,
-            [*common, *prefill_args, "--disaggregation-mode", "prefill"],
-            max_total_tokens=max_total_tokens,
-            log_path=self.log_dir / "prefill.log",
-            env=env,
-        )
+        self.prefills = [
+            SGLangServer(
+                model_path,
+                [*common, *prefill_args, "--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(port)],
+                max_total_tokens=max_total_tokens,
+                log_path=self.log_dir / ("prefill.log" if i == 0 else f"prefill{i}.log"),
+                env=env,
+            )
+            for i, port in enumerate(self.bootstrap_ports)
+        ]
+        self.prefill = self.prefills[0]
         self.decode = SGLangServer(
             model_path,
-            [*common, *decode_args, "--disaggregation-mode", "decode"],
+            [*common, *decode_args, "--disaggregation-mode", "decode",
+             "--disaggregation-bootstrap-port", str(self.bootstrap_port)],  # fmt: skip
             max_total_tokens=max_total_tokens,
             log_path=self.log_dir / "decode.log",
             env=env,
@@ -115,11 +118,12 @@ class PDDeployment:
         """Start all three (the prefill server unless `start_prefill` did) and wait until a
         request through the router is answered."""
         deadline = time.monotonic() + timeout
-        if self.prefill.process is None:
-            self.prefill.start()
+        for prefill in self.prefills:
+            if prefill.process is None:
+                prefill.start()
         self.decode.start()
-        self.prefill.wait_ready(timeout=deadline - time.monotonic())
-        self.decode.wait_ready(timeout=deadline - time.monotonic())
+        for server in (*self.prefills, self.decode):
+            server.wait_ready(timeout=deadline - time.monotonic())
         for attempt in range(PORT_ATTEMPTS):  # a server may take the router's port before the router binds it
             self._start_router()
             try:
@@ -141,7 +145,7 @@ class PDDeployment:
             str(smg) if smg.exists() else "smg",
             "launch",
             "--pd-disaggregation",
-            "--prefill", self.prefill.url, str(self.bootstrap_port),
+            *[arg for server, port in zip(self.prefills, self.bootstrap_ports) for arg in ("--prefill", server.url, str(port))],
             "--decode", self.decode.url,
             "--host", HOST,
             "--port", str(self.router_port),
@@ -240,9 +244,11 @@ class PDDeployment:
 
     def stop(self) -> None:
         """Stop the router and both servers together."""
-        running = [p for p in (self.router, self.decode.process, self.prefill.process) if p is not None]
+        running = [p for p in (self.router, self.decode.process, *(s.process for s in self.prefills)) if p is not None]
         stop_groups(running)
-        self.router = self.decode.process = self.prefill.process = None
+        self.router = self.decode.process = None
+        for server in self.prefills:
+            server.process = None
 
     def __enter__(self) -> PDDeployment:
         try:

@@ -1,0 +1,53 @@
+"""Every `lynx` and `auto` answer of a run judged against `int8`'s answer to the same prompt, token by token."""
+
+from __future__ import annotations
+
+from lynx_testing.judge import Answer, Tally, judge, server_continuation, top_two
+from lynx_testing.launch import post_json
+
+from load.plan import JUDGED_MODES, REFERENCE_MODE, base_mode
+
+
+def answers(records: list[dict], encode) -> list[Answer]:
+    """The successful records as judge answers; a text prompt is tokenized as the server did (`encode`)."""
+    out = []
+    for r in records:
+        if not r.get("success") or r.get("output_ids") is None:
+            continue
+        prompt = r["prompt_ids"] if r.get("prompt_ids") is not None else encode(r["prompt_text"])
+        out.append(Answer(tuple(prompt), tuple(r["output_ids"]), tuple(top_two(r.get("top2") or []))))
+    return out
+
+
+def judge_points(rows: list[dict], reference_url: str, tokenizer=None) -> dict:
+    """Per judged row (key -> counts), and the totals; ``reference_url`` answers the continuations."""
+    if tokenizer is None:
+        encode = _server_tokenizer()
+    else:
+        encode = tokenizer.encode
+    continue_reference = server_continuation(post_json, reference_url)
+    by_key = {row["key"]: row for row in rows}
+    per_point, total = {}, Tally()
+    for row in rows:
+        if base_mode(row["mode"]) not in JUDGED_MODES:
+            continue
+        ref_key = row["key"].rsplit("/", 1)[0] + "/" + REFERENCE_MODE
+        if ref_key not in by_key:
+            per_point[row["key"]] = {"skipped": f"no {REFERENCE_MODE} run at this point"}
+            continue
+        tally = judge(answers(row["records"], encode), answers(by_key[ref_key]["records"], encode), continue_reference)
+        tally.failed = sum(1 for r in row["records"] if not r.get("success"))
+        per_point[row["key"]] = tally.as_dict()
+        total.add(tally)
+    summary = total.as_dict()
+    summary["partings"] = [dict(p, point=key) for key, point in per_point.items() for p in point.get("partings", [])]
+    return {"points": per_point, "total": summary}
+
+
+def _server_tokenizer():
+    from transformers import AutoTokenizer
+
+    from lynx.models import prepare_smollm2
+
+    tokenizer = AutoTokenizer.from_pretrained(str(prepare_smollm2()))
+    return tokenizer.encode

@@ -1,0 +1,137 @@
+"""A serving-load result as tables, verdicts and plots; `markdown` is the section docs/RESULTS.md carries."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MODE_ORDER = ("bf16", "int8", "int4", "lynx", "auto", "stock")
+COLUMNS = (("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"), ("tpot_p99_ms", "TPOT p99 ms"),
+           ("e2e_p50_ms", "E2E p50 ms"), ("e2e_p99_ms", "E2E p99 ms"), ("goodput", "goodput req/s"),
+           ("utilization", "link busy"))  # fmt: skip
+
+
+def _fmt(value, digits=0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def _point_label(row: dict) -> str:
+    load = "trace" if row["load"] is None else f"{row['load']:g}"
+    return f"{row['topology']} {row['dataset']} {load}"
+
+
+def ordered(rows: list[dict]) -> list[dict]:
+    def key(r):
+        base, _, variant = r["mode"].partition(":")
+        return (r["topology"], r["dataset"], -1 if r["load"] is None else r["load"], MODE_ORDER.index(base), variant)
+
+    return sorted(rows, key=key)
+
+
+def table(result: dict) -> str:
+    """Every point as one markdown row per mode."""
+    head = "| point (int8 link load) | mode | req/s | " + " | ".join(t for _, t in COLUMNS) + " | failed |"
+    lines = [head, "|" + "---|" * (len(COLUMNS) + 4)]
+    for r in ordered(result["rows"]):
+        digits = {"goodput": 3, "utilization": 2}
+        cells = [_fmt(r.get(k), digits.get(k, 0)) for k, _ in COLUMNS]
+        lines.append(f"| {_point_label(r)} | {r['mode']} | {_fmt(r['rate'], 3)} | " + " | ".join(cells)
+                     + f" | {len(r['errors'])} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def ratio(a, b) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def comparisons(result: dict) -> list[dict]:
+    """Per point: lynx (and auto) against int8 and int4 (ratios < 1 favour the first)."""
+    by_point: dict[str, dict[str, dict]] = {}
+    for r in result["rows"]:
+        by_point.setdefault(r["key"].rsplit("/", 1)[0], {})[r["mode"]] = r
+    out = []
+    for point, modes in by_point.items():
+        for mode in sorted(m for m in modes if m.split(":")[0] in ("lynx", "auto")):
+            row, int8, int4 = modes[mode], modes.get("int8", {}), modes.get("int4", {})
+            better = min((m for m in (int8, modes.get("lynx")) if m and m is not row), default=None,
+                         key=lambda m: m.get("e2e_p50_ms") or float("inf"))  # fmt: skip
+            out.append({
+                "point": point, "mode": mode, "load": row["load"],
+                "ttft_p50_vs_int8": ratio(row["ttft_p50_ms"], int8.get("ttft_p50_ms")),
+                "ttft_p99_vs_int8": ratio(row["ttft_p99_ms"], int8.get("ttft_p99_ms")),
+                "ttft_p50_vs_int4": ratio(row["ttft_p50_ms"], int4.get("ttft_p50_ms")),
+                "e2e_p50_vs_int8": ratio(row["e2e_p50_ms"], int8.get("e2e_p50_ms")),
+                "e2e_p99_vs_int8": ratio(row["e2e_p99_ms"], int8.get("e2e_p99_ms")),
+                "goodput_vs_int8": ratio(row["goodput"], int8.get("goodput")),
+                "e2e_p50_vs_better": ratio(row["e2e_p50_ms"], better.get("e2e_p50_ms")) if better else None,
+            })  # fmt: skip
+    return out
+
+
+def comparison_table(result: dict) -> str:
+    keys = ("ttft_p50_vs_int8", "ttft_p99_vs_int8", "ttft_p50_vs_int4", "e2e_p50_vs_int8", "e2e_p99_vs_int8",
+            "goodput_vs_int8")  # fmt: skip
+    lines = ["| point | mode | " + " | ".join(k.replace("_vs_", " / ") for k in keys) + " |",
+             "|" + "---|" * (len(keys) + 2)]  # fmt: skip
+    for c in comparisons(result):
+        lines.append(f"| {c['point']} | {c['mode']} | " + " | ".join(_fmt(c[k], 2) for k in keys) + " |")
+    return "\n".join(lines)
+
+
+def exactness_line(result: dict) -> str:
+    total = result["exactness"]["total"]
+    return (f"{total['answers']} answers judged ({total['tokens_judged']} tokens): {total['equal']} equal to int8's, "
+            f"{total['equal_after_near_ties']} equal after {total['near_ties']} near ties (each judged onward against "
+            f"a reference continued from the candidate's prefix, {total['reference_continuations']} continuations), "
+            f"{total['wrong']} wrong, {total['without_reference']} without an int8 answer, "
+            f"{total['failed_requests']} failed requests.")  # fmt: skip
+
+
+def markdown(result: dict) -> str:
+    link = result["link"]
+    return "\n\n".join([
+        f"Link {link['gbps']:.4f} Gbit/s, paced by Lynx's sender (kernel-shaped for SGLang's stock backend and "
+        f"the fan-in point); one prompt's prefill {link['prefill_s']:.2f} s, its BF16 transfer "
+        f"{link['bf16_over_prefill']:.2f}x that; {result['profile']['requests']} requests per point, "
+        f"{result['profile']['input_tokens']} prompt and {result['profile']['output_tokens']} output tokens; "
+        f"goodput counts requests with TTFT <= {result['ttft_slo_ms']:.0f} ms (twice int8's idle TTFT); "
+        f"run took {result.get('wall_s', 0) / 60:.0f} min.",
+        table(result),
+        comparison_table(result),
+        exactness_line(result),
+    ])  # fmt: skip
+
+
+def publish(result: dict, out: Path) -> None:
+    """Print the tables and write the plots under `out`."""
+    print(markdown(result))
+    try:
+        plot(result, out)
+    except ImportError:
+        print("(matplotlib missing: no plots)")
+
+
+def plot(result: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result["rows"] if r["dataset"] == "random-ids" and r["topology"] == "1p1d"]
+    metrics = (("ttft_p50_ms", "TTFT p50 (ms)"), ("ttft_p99_ms", "TTFT p99 (ms)"), ("e2e_p50_ms", "E2E p50 (ms)"),
+               ("goodput", "goodput (req/s)"))  # fmt: skip
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6))
+    for ax, (key, label) in zip(axes, metrics):
+        for mode in sorted({r["mode"] for r in rows}, key=lambda m: (MODE_ORDER.index(m.split(":")[0]), m)):
+            pts = sorted((r["load"], r[key]) for r in rows if r["mode"] == mode and r.get(key) is not None)
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=mode)
+        ax.set_xlabel("offered load on int8's link")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / "serving_load.png", dpi=110)
+    plt.close(fig)

@@ -1,0 +1,87 @@
+"""The serving-load benchmark's pure parts: its plan, link arithmetic, trace scaling, summaries and report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmark"))
+
+from load import report  # noqa: E402
+from load.plan import PROFILES, Link, Point, Profile, base_mode, link_for, points, variant_args  # noqa: E402
+from load.stats import lynx_timeline, percentile  # noqa: E402
+from load.trace import scale_trace  # noqa: E402
+
+BYTES = {"bf16": 1200, "int8": 640, "int4": 340, "lynx": 640, "auto": 640, "stock": 1200}
+
+
+def test_the_link_puts_bf16s_transfer_at_the_asked_multiple_of_the_prefill_and_rates_load_int8s_share():
+    link = link_for(prefill_s=2.0, stream_bytes=BYTES, bf16_over_prefill=3.0)
+    assert link.transfer_s("bf16") == pytest.approx(6.0, rel=1e-4)
+    assert link.rate_for(0.5) * link.transfer_s("int8") == pytest.approx(0.5)
+    assert link.utilization("int4", link.rate_for(1.0)) == pytest.approx(340 / 640)
+
+
+def test_every_mode_runs_every_load_and_the_extra_points_only_where_asked():
+    profile = Profile(modes=("int8", "lynx"), loads=(0.3, 0.9), shared_prefix_modes=("lynx",), trace_modes=(),
+                      fan_in_modes=("int8",))  # fmt: skip
+    keys = [p.key for p in points(profile)]
+    assert keys == ["1p1d/random-ids/0.3/int8", "1p1d/random-ids/0.9/int8", "1p1d/random-ids/0.3/lynx",
+                    "1p1d/random-ids/0.9/lynx", "1p1d/generated-shared-prefix/0.85/lynx",
+                    "2p1d/random-ids/0.85/int8"]  # fmt: skip
+    assert Point("lynx", "trace", None).key == "1p1d/trace/trace/lynx"
+
+
+def test_variants_add_server_options_and_bad_names_are_refused():
+    assert base_mode("lynx:strict") == "lynx"
+    assert variant_args("lynx:strict:cap32") == ("--lynx-residual-priority", "strict", "--lynx-max-speculative-tokens", "32")
+    with pytest.raises(ValueError, match="unknown"):
+        Profile(modes=("int8", "lynx:fastest"))
+    with pytest.raises(ValueError, match="include int8"):
+        Profile(modes=("lynx",))
+    assert PROFILES["default"].modes[1] == "int8"
+
+
+def test_a_trace_window_is_scaled_to_this_machine_keeping_shared_prefixes_and_bursts():
+    rows = [{"timestamp": t, "input_length": 512 * n, "output_length": 300, "hash_ids": list(range(n))}
+            for t, n in ((0, 16), (1000, 16), (1000, 8), (5000, 32))]  # fmt: skip
+    scaled = scale_trace(rows, 0, 4, input_tokens=520, output_tokens=24, rate=1.0)
+    assert [r["timestamp"] for r in scaled] == [0, 600, 600, 3000]  # 3 gaps in 3 s: one request per second
+    assert [len(r["hash_ids"]) for r in scaled] == [4, 4, 2, 8]
+    assert all(r["hash_ids"] == list(range(len(r["hash_ids"]))) for r in scaled)
+    assert {r["output_length"] for r in scaled} == {24}
+
+
+def test_percentiles_and_the_lynx_timeline_of_records():
+    assert percentile([1, 2, 3, 4], 50) == 2.5 and percentile([], 99) is None
+    records = [{"success": True, "lynx": {"anchor_ready_s": 1.0, "residual_ready_s": 3.0, "speculative_tokens": 4,
+                                          "accepted_tokens": 3, "rollbacks": 1, "verify_batch": 2}},
+               {"success": True, "lynx": {"anchor_ready_s": 2.0, "residual_ready_s": 2.5, "speculative_tokens": 0,
+                                          "accepted_tokens": 0, "rollbacks": 0}}]  # fmt: skip
+    timeline = lynx_timeline(records)
+    assert timeline["residual_after_anchor_max_s"] == 2.0 and timeline["acceptance"] == 0.75
+    assert timeline["verify_batch_max"] == 2
+
+
+def _row(mode, load, ttft, e2e):
+    return {"key": f"1p1d/random-ids/{load:g}/{mode}", "mode": mode, "dataset": "random-ids", "topology": "1p1d",
+            "load": load, "rate": 0.1, "ttft_p50_ms": ttft, "ttft_p99_ms": 2 * ttft, "tpot_p99_ms": 100.0,
+            "e2e_p50_ms": e2e, "e2e_p99_ms": 2 * e2e, "goodput": 0.1, "utilization": 0.5, "errors": [], "records": []}  # fmt: skip
+
+
+def test_the_report_compares_lynx_with_int8_and_int4_at_each_point():
+    result = {"link": {"gbps": 0.02, "prefill_s": 1.0, "bf16_over_prefill": 3.0},
+              "profile": {"requests": 16, "input_tokens": 512, "output_tokens": 24}, "ttft_slo_ms": 4000.0,
+              "rows": [_row("int8", 0.5, 4000.0, 8000.0), _row("int4", 0.5, 1000.0, 5000.0),
+                       _row("lynx", 0.5, 1100.0, 7600.0)],
+              "exactness": {"total": {"answers": 16, "tokens_judged": 384, "equal": 16, "equal_after_near_ties": 0,
+                                      "near_ties": 0, "reference_continuations": 0, "wrong": 0,
+                                      "without_reference": 0, "failed_requests": 0}}}  # fmt: skip
+    (comparison,) = report.comparisons(result)
+    assert comparison["ttft_p50_vs_int8"] == pytest.approx(0.275) and comparison["ttft_p50_vs_int4"] == pytest.approx(1.1)
+    assert comparison["e2e_p50_vs_int8"] == pytest.approx(0.95)
+    text = report.markdown(json.loads(json.dumps(result)))
+    assert "| 1p1d random-ids 0.5 | lynx | 0.100 | 1100 |" in text and "16 equal to int8's" in text
