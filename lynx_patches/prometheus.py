@@ -6,7 +6,8 @@ prometheus_client's multiprocess directory, like SGLang's own collectors.
 
 from __future__ import annotations
 
-LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120)
+# Up to ten minutes: on a slow or shared link a residual can take minutes to land.
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300, 600)
 
 
 class LynxMetrics:
