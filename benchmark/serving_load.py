@@ -83,6 +83,7 @@ def profile_of(args):
         modes=split(args.modes) if args.modes else None,
         loads=tuple(float(x) for x in split(args.loads)) if args.loads else None,
         requests=args.requests,
+        light_requests=args.requests,
         bf16_over_prefill=args.bf16_over_prefill,
     )
 

@@ -45,14 +45,15 @@ class Profile:
     modes: tuple[str, ...] = ALL_MODES
     loads: tuple[float, ...] = (0.3, 0.6, 0.85, 1.15)
     requests: int = 16
+    light_requests: int = 10  # below half of int8's link a point lasts longest; fewer requests there
     input_tokens: int = 512
     output_tokens: int = 24
     bf16_over_prefill: float = 3.0
     chunk_ms: float = 10.0
     shared_prefix_load: float = 0.85
-    shared_prefix_modes: tuple[str, ...] = ("int8", "int4", "lynx", "auto")
-    trace_modes: tuple[str, ...] = ("int8", "int4", "lynx", "auto")
-    trace_requests: int = 24
+    shared_prefix_modes: tuple[str, ...] = ("int8", "lynx", "auto")
+    trace_modes: tuple[str, ...] = ("int8", "lynx", "auto")
+    trace_requests: int = 20
     fan_in_load: float = 0.85
     fan_in_modes: tuple[str, ...] = ("int8", "lynx")
     seed: int = 7
@@ -68,7 +69,7 @@ class Profile:
                                  f"variants: {', '.join(VARIANTS)}")  # fmt: skip
         if not self.loads or any(not 0 < x < 5 for x in self.loads):
             raise ValueError(f"loads must be fractions of int8's link in (0, 5), got {self.loads}")
-        if self.requests < 2 or self.trace_requests < 2:
+        if min(self.requests, self.light_requests, self.trace_requests) < 2:
             raise ValueError("a point needs at least 2 requests")
         if self.input_tokens < 64 or self.output_tokens < 2:
             raise ValueError("input_tokens must be >= 64 and output_tokens >= 2")
@@ -81,9 +82,14 @@ class Profile:
 PROFILES = {
     "default": Profile(),
     # A few minutes: two modes, two rates, no trace or fan-in (wiring checks, not results).
-    "smoke": Profile(modes=("int8", "lynx"), loads=(0.3, 0.85), requests=6, shared_prefix_modes=(),
+    "smoke": Profile(modes=("int8", "lynx"), loads=(0.3, 0.85), requests=6, light_requests=6, shared_prefix_modes=(),
                      trace_modes=(), fan_in_modes=()),  # fmt: skip
 }
+
+
+def requests_at(profile: Profile, load: float) -> int:
+    """Requests of a point at `load` (fewer below half of int8's link, where arrivals are sparse)."""
+    return profile.light_requests if load < 0.5 else profile.requests
 
 
 def with_overrides(profile: Profile, **changes) -> Profile:

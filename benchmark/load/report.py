@@ -93,7 +93,8 @@ def markdown(result: dict) -> str:
     return "\n\n".join([
         f"Link {link['gbps']:.4f} Gbit/s, paced by Lynx's sender (kernel-shaped for SGLang's stock backend and "
         f"the fan-in point); one prompt's prefill {link['prefill_s']:.2f} s, its BF16 transfer "
-        f"{link['bf16_over_prefill']:.2f}x that; {result['profile']['requests']} requests per point, "
+        f"{link['bf16_over_prefill']:.2f}x that; {result['profile']['requests']} requests per point "
+        f"({result['profile'].get('light_requests', result['profile']['requests'])} below half of int8's link), "
         f"{result['profile']['input_tokens']} prompt and {result['profile']['output_tokens']} output tokens; "
         f"goodput counts requests with TTFT <= {result['ttft_slo_ms']:.0f} ms (twice int8's idle TTFT); "
         f"run took {result.get('wall_s', 0) / 60:.0f} min.",

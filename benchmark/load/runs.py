@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from load.plan import Point
+from load.plan import Point, requests_at
 
 CAPTURE = Path(__file__).with_name("capture.py")
 SHARED_PREFIX_GROUPS = 4
@@ -25,7 +25,7 @@ def bench_argv(point: Point, url: str, model: Path, rate: float | None, profile,
     if point.dataset == "random-ids":
         argv += ["--dataset-name", "random-ids", "--tokenize-prompt", "--random-input-len", str(profile.input_tokens),
                  "--random-output-len", str(profile.output_tokens), "--random-range-ratio", "1.0",
-                 "--num-prompts", str(profile.requests), "--request-rate", f"{rate:.6f}"]  # fmt: skip
+                 "--num-prompts", str(requests_at(profile, point.load)), "--request-rate", f"{rate:.6f}"]  # fmt: skip
     elif point.dataset == "generated-shared-prefix":
         per_group = max(1, profile.requests // SHARED_PREFIX_GROUPS)
         question = profile.input_tokens // 4
