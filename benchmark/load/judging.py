@@ -35,13 +35,31 @@ def judge_points(rows: list[dict], reference_url: str, tokenizer=None) -> dict:
         if ref_key not in by_key:
             per_point[row["key"]] = {"skipped": f"no {REFERENCE_MODE} run at this point"}
             continue
-        tally = judge(answers(row["records"], encode), answers(by_key[ref_key]["records"], encode), continue_reference)
+        candidates = answers(row["records"], encode)
+        tally = judge(candidates, answers(by_key[ref_key]["records"], encode), continue_reference)
         tally.failed = sum(1 for r in row["records"] if not r.get("success"))
         per_point[row["key"]] = tally.as_dict()
+        per_point[row["key"]]["partings"] = [
+            second_opinion(p, candidates[p["request"]], continue_reference) for p in per_point[row["key"]]["partings"]
+        ]
         total.add(tally)
     summary = total.as_dict()
     summary["partings"] = [dict(p, point=key) for key, point in per_point.items() for p in point.get("partings", [])]
     return {"points": per_point, "total": summary}
+
+
+def second_opinion(parting: dict, candidate: Answer, continue_reference) -> dict:
+    """A wrong parting, with what a fresh int8 decoder (the reference server, one request alone)
+    picks at that position after the same tokens: it stays counted wrong, but whether int8 decoding
+    itself picks the candidate's token there says whether the parting is Lynx's or the arithmetic's."""
+    if parting["kind"] != "mismatch":
+        return parting
+    position = parting["position"]
+    tokens, top2 = continue_reference([*candidate.prompt_ids, *candidate.output_ids[:position]], 1)
+    (first, first_lp), (second, second_lp) = top2[0]
+    mine = candidate.output_ids[position] if position < len(candidate.output_ids) else None
+    return parting | {"fresh_int8": {"token": first, "second": second, "gap": first_lp - second_lp,
+                                     "picks_candidates_token": first == mine}}  # fmt: skip
 
 
 def _server_tokenizer():

@@ -81,11 +81,19 @@ def comparison_table(result: dict) -> str:
 
 def exactness_line(result: dict) -> str:
     total = result["exactness"]["total"]
+    wrong = [p for p in total.get("partings", []) if p["kind"] == "mismatch"]
+    own = sum(1 for p in wrong if p.get("fresh_int8", {}).get("picks_candidates_token"))
+    partings = "; ".join(f"{p['point']} request {p['request']} position {p['position']}: gap {p['gap']:.4f}"
+                         + (f", a fresh int8 decoder picks lynx's token there (gap {p['fresh_int8']['gap']:.4f})"
+                            if p.get("fresh_int8", {}).get("picks_candidates_token") else "")
+                         for p in wrong)  # fmt: skip
     return (f"{total['answers']} answers judged ({total['tokens_judged']} tokens): {total['equal']} equal to int8's, "
             f"{total['equal_after_near_ties']} equal after {total['near_ties']} near ties (each judged onward against "
             f"a reference continued from the candidate's prefix, {total['reference_continuations']} continuations), "
             f"{total['wrong']} wrong, {total['without_reference']} without an int8 answer, "
-            f"{total['failed_requests']} failed requests.")  # fmt: skip
+            f"{total['failed_requests']} failed requests."
+            + (f" Wrong partings ({own} of {len(wrong)} where int8 decoding itself takes lynx's token): {partings}."
+               if wrong else ""))  # fmt: skip
 
 
 def markdown(result: dict) -> str:
