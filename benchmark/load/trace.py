@@ -9,11 +9,14 @@ file with `--use-trace-timestamps`, building each prompt from its hash ids
 
 Scaling (`scale_trace`), from a window of consecutive requests:
 * prompt: the leading ``k`` hash ids, ``k`` chosen so the window's median
-  prompt is about `input_tokens` (a shared prefix stays shared);
+  prompt is about `input_tokens` (a shared prefix stays shared), at most
+  twice that (a 2-core CPU prefills 4k tokens in tens of seconds);
 * output length: divided by the window median over `output_tokens`,
   clamped to [4, 4 x `output_tokens`];
-* arrivals: the window's gaps stretched or shrunk by one factor so the
-  window's mean rate is `rate` requests per second (bursts stay bursts).
+* arrivals: the trace stamps arrivals in steps of about 3 s; the requests
+  of one step are spread evenly up to the next, then every gap is
+  stretched or shrunk by one factor so the window's mean rate is `rate`
+  requests per second (busy steps stay busy).
 
 The trace is not part of this repository: pass its path (it is in the
 `kvcache-ai/Mooncake` repository, ``FAST25-release/traces/``), or let
@@ -42,26 +45,41 @@ def read_trace(path: Path) -> list[dict]:
 
 def scale_trace(rows: list[dict], start: int, count: int, input_tokens: int, output_tokens: int, rate: float) -> list[dict]:
     """`count` requests from index `start`, scaled to this machine (see the module doc)."""
-    window = rows[start : start + count]
-    if len(window) < 2:
-        raise ValueError(f"the trace has {len(rows)} rows; need at least 2 from index {start}")
+    window = rows[start : start + count + 1]  # one more: where the last step ends
+    if len(window) < 3:
+        raise ValueError(f"the trace has {len(rows)} rows; need at least 3 from index {start}")
+    arrivals = spread_steps([r["timestamp"] for r in window])[:count]
+    window = window[:count]
     median_blocks = statistics.median(len(r["hash_ids"]) for r in window)
     keep = max(1, round(input_tokens / TOKENS_PER_HASH_ID))
     shrink = max(1.0, median_blocks / keep)
     out_scale = statistics.median(r["output_length"] for r in window) / output_tokens
-    t0 = window[0]["timestamp"]
-    span_ms = window[-1]["timestamp"] - t0
+    span_ms = arrivals[-1] - arrivals[0]
     time_scale = (len(window) - 1) / rate * 1000 / span_ms if span_ms > 0 else 1.0
     scaled = []
-    for r in window:
-        blocks = max(1, math.ceil(len(r["hash_ids"]) / shrink))
+    for r, arrival in zip(window, arrivals):
+        blocks = min(2 * keep, max(1, math.ceil(len(r["hash_ids"]) / shrink)))
         scaled.append({
-            "timestamp": round((r["timestamp"] - t0) * time_scale),
+            "timestamp": round((arrival - arrivals[0]) * time_scale),
             "input_length": blocks * TOKENS_PER_HASH_ID,
             "output_length": min(4 * output_tokens, max(4, round(r["output_length"] / out_scale))),
             "hash_ids": r["hash_ids"][:blocks],
         })  # fmt: skip
     return scaled
+
+
+def spread_steps(stamps: list[float]) -> list[float]:
+    """Arrival times with the requests of each timestamp spread evenly up to the next distinct one
+    (the last step keeps its stamps)."""
+    out, i = [], 0
+    while i < len(stamps):
+        j = i
+        while j < len(stamps) and stamps[j] == stamps[i]:
+            j += 1
+        step = (stamps[j] - stamps[i]) / (j - i) if j < len(stamps) else 0.0
+        out += [stamps[i] + k * step for k in range(j - i)]
+        i = j
+    return out
 
 
 def write_trace(rows: list[dict], path: Path) -> Path:

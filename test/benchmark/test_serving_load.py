@@ -45,12 +45,13 @@ def test_variants_add_server_options_and_bad_names_are_refused():
     assert PROFILES["default"].modes[1] == "int8"
 
 
-def test_a_trace_window_is_scaled_to_this_machine_keeping_shared_prefixes_and_bursts():
+def test_a_trace_window_is_scaled_to_this_machine_keeping_shared_prefixes_and_busy_steps():
     rows = [{"timestamp": t, "input_length": 512 * n, "output_length": 300, "hash_ids": list(range(n))}
-            for t, n in ((0, 16), (1000, 16), (1000, 8), (5000, 32))]  # fmt: skip
+            for t, n in ((0, 16), (1000, 16), (1000, 8), (5000, 64), (9000, 1))]  # fmt: skip
     scaled = scale_trace(rows, 0, 4, input_tokens=520, output_tokens=24, rate=1.0)
-    assert [r["timestamp"] for r in scaled] == [0, 600, 600, 3000]  # 3 gaps in 3 s: one request per second
-    assert [len(r["hash_ids"]) for r in scaled] == [4, 4, 2, 8]
+    # the two requests stamped 1000 are spread over 1000..5000: arrivals 0, 1000, 3000, 5000, then 3 gaps in 3 s
+    assert [r["timestamp"] for r in scaled] == [0, 600, 1800, 3000]
+    assert [len(r["hash_ids"]) for r in scaled] == [4, 4, 2, 8], "at most twice the median prompt"
     assert all(r["hash_ids"] == list(range(len(r["hash_ids"]))) for r in scaled)
     assert {r["output_length"] for r in scaled} == {24}
 
