@@ -73,7 +73,7 @@ class LynxConfig:
     loopback: bool = False
     max_speculative_tokens: int = 16
     segment_tokens: int = 512
-    residual_priority: str = "strict"
+    residual_priority: str = "deadline"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
