@@ -63,6 +63,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--loads", help="comma-separated offered loads on int8's link, e.g. 0.3,0.85")
     parser.add_argument("--requests", type=int, help="requests per point")
     parser.add_argument("--bf16-over-prefill", type=float, help="BF16 transfer time of one prompt over its prefill")
+    for name in ("shared-prefix", "trace", "fan-in"):
+        parser.add_argument(f"--{name}-modes", help=f"comma-separated modes of the {name} points ('' for none)")
+    parser.add_argument("--trace-requests", type=int, help="requests replayed from the trace")
     parser.add_argument("--trace-path", type=Path,
                         help=f"Mooncake's {TRACE_NAME} (kvcache-ai/Mooncake, FAST25-release/traces/); "
                              "without it the trace points are skipped")  # fmt: skip
@@ -85,6 +88,10 @@ def profile_of(args):
         requests=args.requests,
         light_requests=args.requests,
         bf16_over_prefill=args.bf16_over_prefill,
+        shared_prefix_modes=None if args.shared_prefix_modes is None else split(args.shared_prefix_modes),
+        trace_modes=None if args.trace_modes is None else split(args.trace_modes),
+        fan_in_modes=None if args.fan_in_modes is None else split(args.fan_in_modes),
+        trace_requests=args.trace_requests,
     )
 
 
@@ -134,31 +141,46 @@ def measure(profile, model: Path, args, loopback) -> dict:
             f"the prefill; int8 saturates at {link.rate_for(1.0):.3f} req/s)")  # fmt: skip
         trace = prepare_trace(profile, link, args)
         plan = [p for p in points(profile) if p.dataset != "trace" or trace is not None]
-        rows, idle, slo_ms = [], {}, None
+        rows, idle, slo_ms, failed = [], {}, None, {}
         for group in deployment_groups(plan):
             mode, topology = group[0].mode, group[0].topology
-            shaped = mode == STOCK or topology == "2p1d"
-            make = lambda: deployments.pair(mode, link, profile, args.out / "logs" / f"{topology}-{mode}",  # noqa: E731
-                                            prefill_servers=2 if topology == "2p1d" else 1, shaped=shaped)  # fmt: skip
-            log(f"{mode} ({topology}): starting the deployment")
-            pd = deployments.start_pair(make, log)
             try:
-                deployments.shape(loopback, pd, link.gbps if shaped else None)
-                if topology == "1p1d":
-                    idle[mode] = deployments.idle_ttft(pd, prompt, profile.output_tokens)
-                    log(f"{mode}: idle TTFT {idle[mode]['ttft_s']:.2f} s")
-                    if slo_ms is None:
-                        slo_ms = 2000 * idle.get("int8", idle[mode])["ttft_s"]
-                rows += run_group(group, pd, link, profile, model, args.out, trace, slo_ms)
-            finally:
-                deployments.shape(loopback, pd, None) if loopback is not None else None
-                pd.stop()
+                slo_ms = run_deployment(group, link, profile, model, args, loopback, trace, prompt, idle, slo_ms, rows)
+            except Exception as exc:  # one deployment that cannot serve leaves the others' points standing
+                log(f"{mode} ({topology}) failed: {type(exc).__name__}: {exc}")
+                failed[f"{topology}/{mode}"] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
+            partial = {"profile": profile_dict(profile), "link": link.as_dict(), "idle": idle, "failed": failed,
+                       "rows": [strip(r) for r in rows]}  # fmt: skip
+            (args.out / "serving_load.partial.json").write_text(json.dumps(partial))
         log("judging lynx and auto answers against int8's, token by token")
         exactness = judge_points(rows, reference.url)
     finally:
         reference.stop()
     return {"profile": profile_dict(profile), "link": link.as_dict(), "idle": idle, "ttft_slo_ms": slo_ms,
-            "rows": [strip(r) for r in rows], "exactness": exactness}  # fmt: skip
+            "failed": failed, "rows": [strip(r) for r in rows], "exactness": exactness}  # fmt: skip
+
+
+def run_deployment(group, link, profile, model, args, loopback, trace, prompt, idle, slo_ms, rows) -> float | None:
+    """Start one deployment, time it idle, run its points (appended to `rows`); the goodput SLO."""
+    mode, topology = group[0].mode, group[0].topology
+    shaped = mode == STOCK or topology == "2p1d"
+    make = lambda: deployments.pair(mode, link, profile, args.out / "logs" / f"{topology}-{mode}",  # noqa: E731
+                                    prefill_servers=2 if topology == "2p1d" else 1, shaped=shaped)  # fmt: skip
+    log(f"{mode} ({topology}): starting the deployment")
+    pd = deployments.start_pair(make, log)
+    try:
+        deployments.shape(loopback, pd, link.gbps if shaped else None)
+        if topology == "1p1d":
+            idle[mode] = deployments.idle_ttft(pd, prompt, profile.output_tokens)
+            log(f"{mode}: idle TTFT {idle[mode]['ttft_s']:.2f} s")
+            if slo_ms is None:
+                slo_ms = 2000 * idle.get("int8", idle[mode])["ttft_s"]
+        rows += run_group(group, pd, link, profile, model, args.out, trace, slo_ms)
+    finally:
+        if loopback is not None:
+            deployments.shape(loopback, pd, None)
+        pd.stop()
+    return slo_ms
 
 
 def stream_bytes(profile, modes) -> dict[str, int]:
