@@ -71,6 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "without it the trace points are skipped")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("results/serving_load"), help="folder for JSON, plots, logs")
     parser.add_argument("--from-json", type=Path, help="rebuild the table, plots and docs section from a result")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="judge the answers of the run in --out again (its per-request records) and rewrite its JSON")  # fmt: skip
     args = parser.parse_args(argv)
     return args
 
@@ -101,6 +103,8 @@ def main(argv=None) -> int:
     if args.from_json:
         report.publish(json.loads(args.from_json.read_text()), args.out)
         return 0
+    if args.rejudge:
+        return rejudge(args.out)
     profile = profile_of(args)
     needs_namespace = STOCK in profile.modes or bool(profile.fan_in_modes)
     if needs_namespace and not inside_namespace(os.environ):
@@ -158,6 +162,28 @@ def measure(profile, model: Path, args, loopback) -> dict:
         reference.stop()
     return {"profile": profile_dict(profile), "link": link.as_dict(), "idle": idle, "ttft_slo_ms": slo_ms,
             "failed": failed, "rows": [strip(r) for r in rows], "exactness": exactness}  # fmt: skip
+
+
+def rejudge(out: Path) -> int:
+    """Judge a finished run's answers again from its per-request records (a reference server is started)."""
+    from lynx.models import prepare_smollm2
+
+    path = out / "serving_load.json"
+    result = json.loads(path.read_text())
+    rows = []
+    for row in result["rows"]:
+        name = row["key"].replace("/", "_")
+        records = out / "runs" / f"{row['topology']}-{row['mode']}" / f"{name}.records.jsonl"
+        rows.append({**row, "records": read_records(records)})
+    reference = deployments.reference_server(prepare_smollm2(), out / "logs").start()
+    try:
+        reference.wait_ready()
+        result["exactness"] = judge_points(rows, reference.url)
+    finally:
+        reference.stop()
+    path.write_text(json.dumps(result, indent=1))
+    report.publish(result, out)
+    return 0
 
 
 def run_deployment(group, link, profile, model, args, loopback, trace, prompt, idle, slo_ms, rows) -> float | None:

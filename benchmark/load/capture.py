@@ -35,8 +35,13 @@ class _RecordingJson:
         self._real = real
 
     def loads(self, data):
-        value = self._real.loads(data)
         holder = _LAST_EVENT.get()
+        try:
+            value = self._real.loads(data)
+        except Exception:
+            if holder is not None:  # what the stream carried instead of JSON (an error text from the router)
+                holder[1] = bytes(data[:300]).decode(errors="replace")
+            raise
         if holder is not None and isinstance(value, dict) and "meta_info" in value:
             holder[0] = value
         return value
@@ -85,14 +90,17 @@ def install(sink: _Sink) -> None:
 
     def wrap(original):
         async def recorded(request_func_input, pbar=None):
-            holder: list = [None]
+            holder: list = [None, None]
             token = _LAST_EVENT.set(holder)
             started_wall = time.time()
             try:
                 output = await original(request_func_input=request_func_input, pbar=pbar)
             finally:
                 _LAST_EVENT.reset(token)
-            sink.file.write(json.dumps(_record(holder[0], request_func_input, output, started_wall)) + "\n")
+            record = _record(holder[0], request_func_input, output, started_wall)
+            if holder[1] is not None:
+                record["error"] = f"the stream carried {holder[1]!r}; " + record["error"]
+            sink.file.write(json.dumps(record) + "\n")
             sink.file.flush()
             return output
 

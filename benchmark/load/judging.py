@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from lynx_testing.judge import Answer, Tally, judge, server_continuation, top_two
+from lynx_testing.judge import Answer, Tally, judge_pair, server_continuation, top_two
 from lynx_testing.launch import post_json
 
 from load.plan import JUDGED_MODES, REFERENCE_MODE, base_mode
 
 
-def answers(records: list[dict], encode) -> list[Answer]:
-    """The successful records as judge answers; a text prompt is tokenized as the server did (`encode`)."""
+def answers(records: list[dict], encode) -> list[tuple[tuple, Answer]]:
+    """The successful records as judge answers, each keyed by its request (prompt and asked length:
+    a trace repeats prompts with other lengths); a text prompt is tokenized as the server did (`encode`)."""
     out = []
     for r in records:
         if not r.get("success") or r.get("output_ids") is None:
             continue
-        prompt = r["prompt_ids"] if r.get("prompt_ids") is not None else encode(r["prompt_text"])
-        out.append(Answer(tuple(prompt), tuple(r["output_ids"]), tuple(top_two(r.get("top2") or []))))
+        prompt = tuple(r["prompt_ids"] if r.get("prompt_ids") is not None else encode(r["prompt_text"]))
+        answer = Answer(prompt, tuple(r["output_ids"]), tuple(top_two(r.get("top2") or [])))
+        out.append(((prompt, r.get("output_len")), answer))
     return out
 
 
@@ -35,8 +37,9 @@ def judge_points(rows: list[dict], reference_url: str, tokenizer=None) -> dict:
         if ref_key not in by_key:
             per_point[row["key"]] = {"skipped": f"no {REFERENCE_MODE} run at this point"}
             continue
-        candidates = answers(row["records"], encode)
-        tally = judge(candidates, answers(by_key[ref_key]["records"], encode), continue_reference)
+        candidates = [answer for _, answer in answers(row["records"], encode)]
+        tally = judge_requests(answers(row["records"], encode), dict(answers(by_key[ref_key]["records"], encode)),
+                               continue_reference)  # fmt: skip
         tally.failed = sum(1 for r in row["records"] if not r.get("success"))
         per_point[row["key"]] = tally.as_dict()
         per_point[row["key"]]["partings"] = [
@@ -46,6 +49,19 @@ def judge_points(rows: list[dict], reference_url: str, tokenizer=None) -> dict:
     summary = total.as_dict()
     summary["partings"] = [dict(p, point=key) for key, point in per_point.items() for p in point.get("partings", [])]
     return {"points": per_point, "total": summary}
+
+
+def judge_requests(candidates: list[tuple[tuple, Answer]], references: dict[tuple, Answer], continue_reference) -> Tally:
+    """Each candidate against the reference's answer to the same request; one without counts as such."""
+    tally = Tally()
+    for index, (key, candidate) in enumerate(candidates):
+        reference = references.get(key)
+        if reference is None:
+            tally.answers += 1
+            tally.unmatched += 1
+            continue
+        tally.add(judge_pair(candidate, reference, continue_reference, index))
+    return tally
 
 
 def second_opinion(parting: dict, candidate: Answer, continue_reference) -> dict:

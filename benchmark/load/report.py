@@ -83,7 +83,8 @@ def exactness_line(result: dict) -> str:
     total = result["exactness"]["total"]
     wrong = [p for p in total.get("partings", []) if p["kind"] == "mismatch"]
     own = sum(1 for p in wrong if p.get("fresh_int8", {}).get("picks_candidates_token"))
-    partings = "; ".join(f"{p['point']} request {p['request']} position {p['position']}: gap {p['gap']:.4f}"
+    partings = "; ".join(f"{p['point']} request {p['request']} position {p['position']}: "
+                         + (f"gap {p['gap']:.4f}" if p["gap"] is not None else p["detail"])
                          + (f", a fresh int8 decoder picks lynx's token there (gap {p['fresh_int8']['gap']:.4f})"
                             if p.get("fresh_int8", {}).get("picks_candidates_token") else "")
                          for p in wrong)  # fmt: skip
