@@ -73,16 +73,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--from-json", type=Path, help="rebuild the table, plots and docs section from a result")
     parser.add_argument("--rejudge", action="store_true",
                         help="judge the answers of the run in --out again (its per-request records) and rewrite its JSON")  # fmt: skip
-    args = parser.parse_args(argv)
-    return args
+    return parser.parse_args(argv)
 
 
-def _split(text: str) -> tuple[str, ...]:
+def split(text: str) -> tuple[str, ...]:
+    """The items of a comma-separated option."""
     return tuple(x for x in text.split(",") if x)
 
 
 def profile_of(args):
-    split = _split
     return with_overrides(
         PROFILES[args.profile],
         modes=split(args.modes) if args.modes else None,
