@@ -93,7 +93,8 @@ class SGLangServer:
         model_path: model folder.
         args: further launch_server arguments (e.g. ``["--lynx"]``).
         port: HTTP port; a free one by default.
-        max_total_tokens: KV pool size in tokens (CPU memory is counted machine-wide).
+        max_total_tokens: KV pool size in tokens (CPU memory is counted machine-wide, so this, not
+            the memory fraction, sizes the pool).
         log_path: file receiving the server's stdout and stderr.
     """
 
@@ -113,7 +114,10 @@ class SGLangServer:
             "--model-path", str(model_path),
             "--host", HOST,
             "--port", "",  # _use_port
-            "--mem-fraction-static", "0.3",
+            # CPU memory is the machine's free memory, which other servers of a test run share: a
+            # fraction that leaves room for the weights even when little is free (the pool is still
+            # bounded by --max-total-tokens).
+            "--mem-fraction-static", "0.8",
             "--max-total-tokens", str(max_total_tokens),
             *args,
         ]  # fmt: skip

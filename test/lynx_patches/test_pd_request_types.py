@@ -2,11 +2,10 @@
 
 The requests (`request_types`) are sent to the shared `int8` and `lynx`
 deployments (`pd_scenarios`; `lynx` on a slow emulated link, so its residual
-lands while it drafts on the anchor, four requests at a time, so verify
-passes batch several). For each type the `lynx` answer must equal the `int8`
-one token for token, with the near-tie rule of `lynx_testing.exactness`, its
-logprobs within `LOGPROB_TOLERANCE` and its finish reason and text equal
-where the tokens are. The extended tier also serves every type in `bf16` and
+lands while it drafts on the anchor, four requests at a time). For each type
+the `lynx` answer must equal the `int8` one token for token, with the near-tie
+rule of `lynx_testing.exactness`, its logprobs within `LOGPROB_TOLERANCE` and
+its finish reason and text equal where the tokens are. The extended tier also serves every type in `bf16` and
 `int4` mode.
 """
 
@@ -122,9 +121,12 @@ def _check_type_specifics(name: str, body: dict, answers: list[dict]) -> None:
         assert answers[0]["output_ids"] == answers[1]["output_ids"], "greedy samples agree"
 
 
-def test_request_types_really_speculate_and_verify_in_batches(answers):
+def test_request_types_really_speculate_on_their_anchors(answers):
     """Most types drafted on the anchor (whether a given request does depends on when its residual
-    lands), and some verify passes took several requests at once."""
+    lands). How many requests each verify pass took is printed, not asserted: with residual
+    deadlines (the default priority) each residual goes one draft window after its anchor instead
+    of behind every newer anchor, so these requests' residuals land one at a time and each verify
+    runs alone; `speculate/test_controller.py` checks a verify pass over several requests."""
     metrics = {}
     for name, (lynx, _) in answers.items():
         if name in CHAT | NO_OUTPUT:
@@ -132,8 +134,8 @@ def test_request_types_really_speculate_and_verify_in_batches(answers):
         metrics[name] = [a["meta_info"]["lynx"] for a in _as_list(lynx)]
     drafted = [name for name, ms in metrics.items() if any(m["speculative_tokens"] > 0 for m in ms)]
     assert len(drafted) >= len(metrics) * 2 // 3, f"only {drafted} drafted"
-    assert any(m["verify_batch"] > 1 for ms in metrics.values() for m in ms), metrics
     print(f"\ndrafted on the anchor: {len(drafted)} of {len(metrics)} types: {drafted}")
+    print(f"largest verify batch: {max(m['verify_batch'] for ms in metrics.values() for m in ms)}")
 
 
 @pytest.mark.extended
