@@ -20,14 +20,13 @@ import contextlib
 import json
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lynx_testing.deploy import HOST
 from lynx_testing.judge import Answer, Tally, judge_pair, judge_sampled, request_continuation, top_two
 from lynx_testing.launch import SGLangServer, post_json
-from lynx_testing.streaming import sse_events
+from lynx_testing.streaming import stream_generate
 from ttft_verdicts import judged_pairs
 
 # Top logprobs per output position in every mode's requests: two judge a greedy parting; a
@@ -36,30 +35,8 @@ LOGPROBS = {"greedy": 2, "sampled": 20}
 
 
 def stream_recorded(url: str, body: dict, nth: Sequence[int] = (1,), timeout: float = 600.0) -> dict:
-    """`lynx_testing.streaming.stream_generate`'s timings of a streaming `/generate`, plus the
-    final event's ``output_ids`` and per-position top logprobs (``tops``, SGLang's triples)."""
-    start = time.perf_counter()
-    result: dict = {}
-    last: dict = {}
-    for event in sse_events(url, body, timeout):
-        now = time.perf_counter() - start
-        if "error" in event:
-            raise RuntimeError(f"server error: {event['error']}")
-        meta = event.get("meta_info", {})
-        count = meta.get("completion_tokens", 0)
-        if count >= 1 and "ttft_s" not in result:
-            result["ttft_s"] = now
-        for n in nth:
-            if count >= n and f"t{n}_s" not in result:
-                result[f"t{n}_s"] = now
-        if isinstance(meta.get("lynx"), dict):
-            result.update(meta["lynx"])
-        last = event
-    meta = last.get("meta_info", {})
-    result.update(prompt_tokens=meta.get("prompt_tokens"), completion_tokens=meta.get("completion_tokens"),
-                  text=last.get("text", ""), output_ids=list(last.get("output_ids") or []),
-                  tops=meta.get("output_top_logprobs") or [])  # fmt: skip
-    return result
+    """`lynx_testing.streaming.stream_generate`'s timings of a streaming `/generate`, with its outputs."""
+    return stream_generate(url, body, nth, timeout, outputs=True)
 
 
 def stream_direct_recorded(pd, body: dict, room: int, nth: Sequence[int] = (1,), timeout: float = 600.0) -> dict:

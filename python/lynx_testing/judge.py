@@ -141,19 +141,10 @@ def judge_pair(
     at the first near tie and the tokens after it are counted as
     ``unchecked``, never as equal. `index` names the request in partings.
     """
-    tally = Tally(answers=1, tokens=len(candidate.output_ids))
     if continue_reference is None:
         first = compare_greedy(reference.output_ids, candidate.output_ids, reference.top2, max_gap)
-        if first.verdict == "near_tie":
-            tally.partings.append(Parting(index, first.position, "near_tie", first.gap))
-            tally.unchecked += len(candidate.output_ids) - first.position - 1
-            tally.equal_after_ties += 1
-        elif first.verdict == "mismatch":
-            tally.wrong += 1
-            tally.partings.append(Parting(index, first.position, "mismatch", first.gap, first.detail))
-        else:
-            tally.equal += 1
-        return tally
+        return _first_parting(first, len(candidate.output_ids), index)
+    tally = Tally(answers=1, tokens=len(candidate.output_ids))
 
     def generate(prefix: list[int], n: int) -> tuple[list[int], list[TopTwo]]:
         if not prefix:
@@ -189,11 +180,17 @@ def judge_sampled(
     by the output position, which a continuation from a prompt would restart,
     so the tokens after a near tie are counted as ``unchecked``.
     """
-    tally = Tally(answers=1, tokens=len(candidate))
     result = compare_sampled(reference, candidate, reference_logprobs, seed, vocab_size, max_gap)
+    return _first_parting(result, len(candidate), index)
+
+
+def _first_parting(result, tokens: int, index: int) -> Tally:
+    """The tally of one answer judged up to its first parting (`exactness`' verdict): the tokens
+    after a near tie are ``unchecked``."""
+    tally = Tally(answers=1, tokens=tokens)
     if result.verdict == "near_tie":
         tally.partings.append(Parting(index, result.position, "near_tie", result.gap))
-        tally.unchecked += len(candidate) - result.position - 1
+        tally.unchecked += tokens - result.position - 1
         tally.equal_after_ties += 1
     elif result.verdict == "mismatch":
         tally.wrong += 1

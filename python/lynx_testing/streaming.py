@@ -26,12 +26,16 @@ def sse_events(url: str, body: dict, timeout: float = 600.0) -> Iterator[dict]:
             yield json.loads(payload)
 
 
-def stream_generate(url: str, body: dict, nth: Sequence[int] = (1,), timeout: float = 600.0) -> dict:
+def stream_generate(
+    url: str, body: dict, nth: Sequence[int] = (1,), timeout: float = 600.0, outputs: bool = False
+) -> dict:
     """Time a streaming `/generate` request.
 
     Returns ``ttft_s`` (first output token), ``t{n}_s`` for each n in `nth`
     (the n-th output token), ``prompt_tokens``, ``completion_tokens``, the
-    final text, and the fields of ``meta_info["lynx"]`` when the server sent it.
+    final text, and the fields of ``meta_info["lynx"]`` when the server sent it;
+    with `outputs`, also the final event's ``output_ids`` and per-position top
+    logprobs (``tops``, SGLang's triples).
     """
     start = time.perf_counter()
     result: dict = {}
@@ -56,6 +60,8 @@ def stream_generate(url: str, body: dict, nth: Sequence[int] = (1,), timeout: fl
         completion_tokens=meta.get("completion_tokens"),
         text=last.get("text", ""),
     )
+    if outputs:
+        result.update(output_ids=list(last.get("output_ids") or []), tops=meta.get("output_top_logprobs") or [])
     return result
 
 
