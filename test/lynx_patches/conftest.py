@@ -5,7 +5,8 @@ from __future__ import annotations
 import secrets
 
 import pytest
-from pd_scenarios import QWEN2_DEPLOYMENTS, LazyRuns, suites
+from pd_scenarios import QWEN2_DEPLOYMENTS, LazyRuns
+from pd_suites import suites
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +20,9 @@ def pd_bodies(model_path):
 def pd_runs(model_path, pd_bodies, server_logs, request):
     secret = server_logs / "pd-modes-secret"
     secret.write_text(secrets.token_hex(32))
-    return LazyRuns(model_path, pd_bodies, server_logs, secret, extended=request.config.getoption("--extended"))
+    runs = LazyRuns(model_path, pd_bodies, server_logs, secret, extended=request.config.getoption("--extended"))
+    yield runs
+    runs.close()
 
 
 @pytest.fixture(scope="session")
@@ -33,4 +36,6 @@ def qwen2_runs(server_logs, request):
     secret.write_text(secrets.token_hex(32))
     bodies = suites(AutoTokenizer.from_pretrained(str(path)))
     extended = request.config.getoption("--extended")
-    return LazyRuns(path, bodies, server_logs / "qwen2", secret, extended=extended, deployments=QWEN2_DEPLOYMENTS)
+    runs = LazyRuns(path, bodies, server_logs / "qwen2", secret, extended=extended, deployments=QWEN2_DEPLOYMENTS)
+    yield runs
+    runs.close()

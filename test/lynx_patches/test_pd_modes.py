@@ -12,7 +12,9 @@ References (see `pd_scenarios` for the deployments and requests):
   2+6; with the ``bf16-exact`` preset ``bf16`` mode. The verify pass adds the same numbers in a different
   order than step-by-step decoding, so where the two part, the parting token
   must be the reference's second choice within `NEAR_TIE_GAP`
-  (`lynx_testing.exactness`); the summary line counts such partings.
+  (`lynx_testing.exactness`), and the tokens after it must equal the
+  reference continued from lynx's prefix (`pd_judging`); the summary line
+  counts equal answers, near ties with their gaps and wrong answers.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import json
 
 import pytest
 from lynx_testing.exactness import compare_sampled, sampling_pit
-from pd_scenarios import DEPLOYMENTS, assert_greedy_answers_equal, top_logprobs
+from lynx_testing.judge import Tally
+from pd_judging import assert_greedy_answers_equal, judge_seeded, top_logprobs
+from pd_scenarios import DEPLOYMENTS
 
 pytestmark = pytest.mark.server
 
@@ -82,7 +86,8 @@ def test_every_mode_over_mooncake_equals_zeromq(runs, mode, suite):
     ],
 )
 def test_lynx_mode_greedy_output_equals_full_precision_reference(runs, lynx, reference):
-    assert_greedy_answers_equal(runs[reference].outputs["greedy"], runs[lynx].outputs["greedy"], f"{lynx} vs {reference}")
+    assert_greedy_answers_equal(runs[reference].outputs["greedy"], runs[lynx].outputs["greedy"], f"{lynx} vs {reference}",
+                                runs.continuation(reference))  # fmt: skip
 
 
 def _metrics(answers) -> list[dict]:
@@ -119,7 +124,7 @@ def test_two_bit_anchor_forces_rollbacks_and_stays_exact(runs):
 def test_stop_conditions_inside_the_speculative_window_match_full_precision(runs):
     references = runs["int8"].outputs["stops"]
     answers = runs["lynx"].outputs["stops"]
-    assert_greedy_answers_equal(references, answers, "stops")
+    assert_greedy_answers_equal(references, answers, "stops", runs.continuation("int8"))
     for ref, answer in zip(references, answers):
         if ref["output_ids"] == answer["output_ids"]:
             assert answer["text"] == ref["text"]
@@ -132,13 +137,16 @@ def test_seeded_sampling_equals_full_precision_sampling_in_two_runs(runs, bodies
     the same seed, except where two tokens tie after the shared noise (the verify pass
     and step-by-step decoding round the KV differently, and how many tokens a run
     verifies depends on when its residual lands)."""
-    verdicts = []
+    vocab = json.loads((model_path / "config.json").read_text())["vocab_size"]
+    tally = Tally()
     for run in ("sampling", "sampling-again"):
         answers = runs["lynx"].outputs[run]
         assert sum(m["speculative_tokens"] for m in _metrics(answers)) > 0
-        for _, _, result in _sampled_pairs(runs, bodies, "sampling", answers, model_path):
-            verdicts.append((result.verdict, result.position, result.gap))
-    print(f"\nsampling vs int8: {verdicts}")
+        for i, (body, ref, answer) in enumerate(zip(bodies["sampling"], runs["int8"].outputs["sampling"], answers,
+                                                    strict=True)):  # fmt: skip
+            tally.add(judge_seeded(ref, answer, body["sampling_params"]["sampling_seed"], vocab, i))
+    print(f"\nsampling vs int8: {tally.summary()}")
+    assert tally.ok, tally.partings
 
 
 def _sampled_pairs(runs, bodies, suite: str, answers, model_path):
@@ -180,7 +188,7 @@ def test_concurrent_requests_in_mixed_phases_are_exact(runs, bodies):
     reference = {chat_text_key(b): a for b, a in _pairs(runs["int8"], bodies)}
     answers = runs["lynx"].outputs["concurrent"]
     expected = [reference[chat_text_key(b)] for b in bodies["concurrent"]]
-    assert_greedy_answers_equal(expected, answers, "concurrent")
+    assert_greedy_answers_equal(expected, answers, "concurrent", runs.continuation("int8"))
 
 
 def chat_text_key(body: dict) -> str:
@@ -203,7 +211,7 @@ def test_decode_radix_cache_never_shares_anchor_precision_kv(runs, name):
     assert b["meta_info"]["lynx"]["transferred_tokens"] == prompt
     assert c["meta_info"]["lynx"]["transferred_tokens"] < prompt
     reference = runs["int8"].outputs["greedy"][1]
-    assert_greedy_answers_equal([reference] * 3, [a, b, c], "radix A/B/C vs int8")
+    assert_greedy_answers_equal([reference] * 3, [a, b, c], "radix A/B/C vs int8", runs.continuation("int8"))
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,9 @@ Default tier, one representative of each:
   whose lengths are multiples of neither the page size nor the 64-token key
   group (partial last pages), the second sharing the first's prefix, so its
   transfer starts after the pages the decode server already holds; both equal
-  ``int8`` mode at page 1 token for token (near-tie rule,
-  `lynx_testing.exactness`) and every decode KV slot comes back (the same
+  ``int8`` mode at page 1 token for token (near-tie rule, and after a tie the
+  reference continued from the candidate's prefix: `pd_judging`) and every
+  decode KV slot comes back (the same
   pair serves `test_pd_modes`' radix sequence first);
 * Qwen2.5-Coder-0.5B (Qwen2: q/k/v biases, 14 query heads over 2 KV heads) in
   ``lynx`` mode against one Qwen2 server round-tripping each prompt's KV
@@ -23,7 +24,8 @@ Qwen2 in ``bf16``, ``int8`` and ``int4`` pairs against one Qwen2 server
 from __future__ import annotations
 
 import pytest
-from pd_scenarios import Run, assert_greedy_answers_equal
+from pd_judging import assert_greedy_answers_equal
+from pd_scenarios import Run
 
 pytestmark = pytest.mark.server
 
@@ -52,7 +54,8 @@ def test_page64_lynx_pair_with_decode_radix_cache_equals_int8_on_partial_pages(p
     answers = run.outputs["pages"]
     assert_partial_pages_and_radix_hit(answers, 64)
     assert sum(_lynx(a)["speculative_tokens"] for a in answers) > 0, "no request drafted on its anchor"
-    assert_greedy_answers_equal(pd_runs["int8"].outputs["pages"], answers, "lynx page 64 + radix vs int8 page 1")
+    assert_greedy_answers_equal(pd_runs["int8"].outputs["pages"], answers, "lynx page 64 + radix vs int8 page 1",
+                                pd_runs.continuation("int8"))  # fmt: skip
     assert_every_slot_returned(run)
 
 
@@ -60,9 +63,8 @@ def test_page64_lynx_pair_with_decode_radix_cache_equals_int8_on_partial_pages(p
 @pytest.mark.parametrize("page", [16, 64])
 @pytest.mark.parametrize("mode,suite", [("bf16", "greedy"), ("int8", "greedy"), ("int4", "short")])
 def test_page_size_equals_page_1_in_the_same_mode(pd_runs, mode, suite, page):
-    assert_greedy_answers_equal(
-        pd_runs[mode].outputs[suite], pd_runs[f"{mode}-page{page}"].outputs[suite], f"{mode} page {page} vs page 1"
-    )
+    assert_greedy_answers_equal(pd_runs[mode].outputs[suite], pd_runs[f"{mode}-page{page}"].outputs[suite],
+                                f"{mode} page {page} vs page 1", pd_runs.continuation(mode))  # fmt: skip
 
 
 @pytest.mark.extended
@@ -72,7 +74,8 @@ def test_lynx_pages_with_decode_radix_cache_equal_int8_at_page_1(pd_runs, page):
     assert_partial_pages_and_radix_hit(run.outputs["pages"], page)
     for suite in ("pages", "greedy"):
         references = pd_runs["int8"].outputs[suite]
-        assert_greedy_answers_equal(references, run.outputs[suite], f"lynx page {page} + radix vs int8 ({suite})")
+        assert_greedy_answers_equal(references, run.outputs[suite], f"lynx page {page} + radix vs int8 ({suite})",
+                                    pd_runs.continuation("int8"))  # fmt: skip
 
 
 def test_qwen2_lynx_pair_equals_int8_round_trip_token_for_token(qwen2_runs):
@@ -81,7 +84,8 @@ def test_qwen2_lynx_pair_equals_int8_round_trip_token_for_token(qwen2_runs):
     assert all(_lynx(a)["mode"] == "lynx" for a in answers)
     assert sum(_lynx(a)["speculative_tokens"] for a in answers) > 0, "no request drafted on its anchor"
     reference = qwen2_runs["qwen2-single-int8-loopback"].outputs["brief"]
-    assert_greedy_answers_equal(reference, answers, "qwen2 lynx vs int8 loopback")
+    assert_greedy_answers_equal(reference, answers, "qwen2 lynx vs int8 loopback",
+                                qwen2_runs.continuation("qwen2-single-int8-loopback"))  # fmt: skip
     assert_every_slot_returned(run)
 
 

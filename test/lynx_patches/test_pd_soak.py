@@ -3,8 +3,12 @@
 * Soak: `SOAK_REQUESTS` requests of mixed lengths and types, `CONCURRENCY` at a
   time, through SGLang's router, every `ABORT_EVERY`-th client hanging up
   after its first event; once in `int8` mode and once in `lynx` mode. No error
-  but the aborts, no leaked slot or room; Lynx's CPU and memory per request
-  are reported against `int8` mode's (`soak-report.json` in the server logs).
+  but the aborts, no leaked slot or room, and every `lynx` answer judged
+  against `int8` mode's answer to the same request (greedy: near ties, then
+  int8 continued from lynx's prefix on a loopback server; seeded samples: the
+  seeded near-tie rule): a wrong answer fails. Lynx's CPU and memory per
+  request are reported against `int8` mode's (`soak-report.json` in the
+  server logs).
 * A decode server restarted while the prefill sends to it.
 * A prompt whose prefill takes minutes while short requests keep flowing
   through the router.
@@ -24,8 +28,11 @@ import psutil
 import pytest
 from lynx_testing.deploy import PDDeployment
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
+from lynx_testing.judge import Tally
 from lynx_testing.streaming import abandon
-from pd_scenarios import mixed_load, request_body
+from pd_judging import ContinuationServers, annotate, judge_answers, judge_seeded
+from pd_scenarios import INT8_LOOPBACK, TOP_LOGPROBS
+from pd_suites import mixed_load, request_body
 
 pytestmark = [pytest.mark.server, pytest.mark.extended]
 
@@ -70,7 +77,8 @@ def _usage(server: SGLangServer) -> tuple[float, int]:
 
 
 def _soak(mode: str, model_path, tokenizer, secret_file, log_dir) -> dict:
-    bodies = mixed_load(tokenizer, SOAK_REQUESTS)
+    logprobs = {"return_logprob": True, "top_logprobs_num": TOP_LOGPROBS}  # the reference's, asked in both modes
+    bodies = [{**b, **logprobs} for b in mixed_load(tokenizer, SOAK_REQUESTS)]
     args = ["--lynx-mode", mode, "--lynx-link-gbps", "0.2", "--lynx-secret-file", str(secret_file)]
     with PDDeployment(model_path, args, extra_args=CPU_MODEL_ARGS, log_dir=log_dir / f"soak-{mode}") as pd:
         free = _state(pd.decode)["kv_free_slots"]
@@ -101,6 +109,8 @@ def _soak(mode: str, model_path, tokenizer, secret_file, log_dir) -> dict:
         "aborted": sum(kind == "aborted" for kind, _ in results),
         "errors": errors,
         "bad_answers": [a for a in answered if a["meta_info"]["finish_reason"]["type"] not in ("length", "stop")],
+        "answers": {i: answer for i, (kind, answer) in enumerate(results) if kind == "answered"},
+        "bodies": bodies,
         "seconds": round(elapsed, 1),
         "kv_slots_leaked": free - decode_state["kv_free_slots"],
         "rooms_left": decode_state["transfer_rooms"] + prefill_state["transfer_rooms"],
@@ -114,17 +124,44 @@ def test_a_bounded_soak_through_the_router_errs_only_where_clients_left_and_leak
     model_path, tokenizer, secret_file, server_logs
 ):
     reports = [_soak(mode, model_path, tokenizer, secret_file, server_logs) for mode in ("int8", "lynx")]
+    answers = [(r.pop("answers"), r.pop("bodies")) for r in reports]
     for report in reports:
         assert report["errors"] == [] and report["bad_answers"] == [], report
         assert report["answered"] + report["aborted"] == SOAK_REQUESTS
         assert report["kv_slots_leaked"] == 0 and report["rooms_left"] == 0, report
     int8, lynx = reports
+    judged = _judge_soak(answers[1][0], answers[0][0], answers[0][1], model_path, tokenizer, server_logs)
+    lynx["judged"] = judged.as_dict()
     overhead = {
         side: round(lynx["cpu_s_per_request"][side] - int8["cpu_s_per_request"][side], 4) for side in ("prefill", "decode")
     }
     summary = {"runs": reports, "lynx_minus_int8_cpu_s_per_request": overhead}
     (server_logs / "soak-report.json").write_text(json.dumps(summary, indent=2))
     print("\nsoak:", json.dumps(summary))
+    print(f"\nsoak lynx vs int8: {judged.summary()}")
+    assert judged.ok, f"wrong answers: {[p for p in judged.partings if p.kind == 'mismatch']}"
+
+
+def _judge_soak(lynx: dict, int8: dict, bodies: list[dict], model_path, tokenizer, log_dir) -> Tally:
+    """Every answered lynx request against int8's answer to it (requests int8 did not answer count as
+    without a reference, which fails the judgement)."""
+    vocab = json.loads((model_path / "config.json").read_text())["vocab_size"]
+    servers = ContinuationServers(model_path, log_dir)
+    tally = Tally()
+    try:
+        for i, answer in sorted(lynx.items()):
+            if i not in int8:
+                tally.answers, tally.unmatched = tally.answers + 1, tally.unmatched + 1
+                continue
+            seed = bodies[i]["sampling_params"].get("sampling_seed")
+            if seed is not None:
+                tally.add(judge_seeded(int8[i], answer, seed, vocab, i))
+                continue
+            annotate(int8[i], bodies[i], tokenizer.encode)
+            tally.add(judge_answers([int8[i]], [answer], lambda: servers.url(INT8_LOOPBACK), first_index=i))
+    finally:
+        servers.close()
+    return tally
 
 
 def test_a_decode_server_restarted_mid_transfer_leaves_the_prefill_serving(model_path, tokenizer, secret_file, server_logs):

@@ -34,7 +34,9 @@ import time
 import pytest
 from lynx_testing.deploy import PDDeployment
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
-from pd_scenarios import SLOW_LINK, assert_greedy_answers_equal, request_body
+from pd_judging import ContinuationServers, annotate, assert_greedy_answers_equal
+from pd_scenarios import SLOW_LINK
+from pd_suites import request_body
 
 pytestmark = pytest.mark.server
 
@@ -63,26 +65,39 @@ def bodies(model_path) -> list[dict]:
 
 
 class References:
-    """TP 1 outputs (with top-2 logprobs) per reference kind, each server started the first time it is needed."""
+    """TP 1 outputs (with top-2 logprobs, annotated with their requests) per reference kind, each
+    server started the first time it is needed; `continuation(mode)` continues them after a near tie."""
 
     def __init__(self, model_path, bodies, log_dir) -> None:
         self._args, self._outputs = (model_path, bodies, log_dir), {}
+        self.continuations = ContinuationServers(model_path, log_dir)
 
     def __getitem__(self, mode: str) -> list[dict]:
         kind = REFERENCE_ARGS[mode]
         if kind not in self._outputs:
+            from transformers import AutoTokenizer
+
             model_path, bodies, log_dir = self._args
+            self.continuations.close()  # one server at a time
             args = ["--lynx", *kind, *CPU_MODEL_ARGS]
             name = "-".join(kind).replace("--", "") or "plain"
             with SGLangServer(model_path, args, log_path=log_dir / f"tp-reference-{name}.log") as server:
                 extra = {"return_logprob": True, "top_logprobs_num": 2}
                 self._outputs[kind] = [post_json(f"{server.url}/generate", {**b, **extra}) for b in bodies]
+            encode = AutoTokenizer.from_pretrained(str(model_path)).encode
+            for body, answer in zip(bodies, self._outputs[kind], strict=True):
+                annotate(answer, body, encode)
         return self._outputs[kind]
+
+    def continuation(self, mode: str):
+        return lambda: self.continuations.url(REFERENCE_ARGS[mode])
 
 
 @pytest.fixture(scope="module")
-def references(model_path, bodies, server_logs) -> References:
-    return References(model_path, bodies, server_logs)
+def references(model_path, bodies, server_logs):
+    refs = References(model_path, bodies, server_logs)
+    yield refs
+    refs.continuations.close()
 
 
 def run_pair(model_path, bodies, log_dir, secret_file, mode: str, prefill_tp: int, decode_tp: int) -> dict:
@@ -128,7 +143,7 @@ def test_lynx_mode_prefill_tp1_to_decode_tp2_equals_the_int8_pair(model_path, pd
     reference = pd_runs["int8"].outputs["greedy"]
     run = run_pair(model_path, pd_bodies["greedy"], server_logs, secret_file, "lynx", 1, 2)
     assert run["tp"] == (1, 2) and run["free"][1] == run["free"][0]
-    assert_greedy_answers_equal(reference, run["answers"], "lynx tp1->tp2")
+    assert_greedy_answers_equal(reference, run["answers"], "lynx tp1->tp2", pd_runs.continuation("int8"))
     metrics = [a["meta_info"]["lynx"] for a in run["answers"]]
     assert sum(m["speculative_tokens"] for m in metrics) > 0, metrics
 
@@ -142,7 +157,7 @@ def lynx_tp2(model_path, bodies, server_logs, secret_file, references) -> dict:
 @pytest.mark.extended
 def test_lynx_mode_prefill_tp2_to_decode_tp2_equals_tp1(lynx_tp2, references):
     assert lynx_tp2["tp"] == (2, 2)
-    assert_greedy_answers_equal(references["lynx"], lynx_tp2["answers"], "lynx tp2->tp2")
+    assert_greedy_answers_equal(references["lynx"], lynx_tp2["answers"], "lynx tp2->tp2", references.continuation("lynx"))
 
 
 @pytest.mark.extended
@@ -164,7 +179,7 @@ def test_every_mode_prefill_tp2_to_decode_tp2_equals_tp1(model_path, bodies, ser
     reference = references[mode]
     run = run_pair(model_path, bodies, server_logs, secret_file, mode, 2, 2)
     assert run["free"][1] == run["free"][0]
-    assert_greedy_answers_equal(reference, run["answers"], f"{mode} tp2->tp2")
+    assert_greedy_answers_equal(reference, run["answers"], f"{mode} tp2->tp2", references.continuation(mode))
 
 
 @pytest.mark.extended
@@ -179,6 +194,6 @@ def test_heterogeneous_tp_equals_tp1(
     run = run_pair(model_path, bodies, server_logs, secret_file, mode, prefill_tp, decode_tp)
     assert run["tp"] == (prefill_tp, decode_tp) and run["free"][1] == run["free"][0]
     label = f"{mode} tp{prefill_tp}->tp{decode_tp}"
-    assert_greedy_answers_equal(reference, run["answers"], label)
+    assert_greedy_answers_equal(reference, run["answers"], label, references.continuation(mode))
     if mode == "lynx":
         assert sum(a["meta_info"]["lynx"]["speculative_tokens"] for a in run["answers"]) > 0

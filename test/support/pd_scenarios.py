@@ -1,10 +1,12 @@
-"""The deployments and requests shared by the PD tests (one run of each deployment per session).
+"""The deployments shared by the PD tests (one run of each deployment per session); their requests are `pd_suites`.
 
 Servers compute in fp32 with a bf16 KV cache (`CPU_MODEL_ARGS`: this CPU runs bf16
 matmuls ~6x slower than fp32), so the KV that crosses the link is bf16.
 Requests are sent through SGLang's router as native `/generate` calls, which
 return token ids and `meta_info` (Lynx metrics; references also the top-`TOP_LOGPROBS`
-logprobs per output position).
+logprobs per output position). Every answer carries its request (`pd_judging.annotate`),
+and a reference deployment names the single server that continues its answers after a
+near tie (`Deployment.continuation`).
 """
 
 from __future__ import annotations
@@ -21,17 +23,21 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lynx_testing.deploy import SERVED_MODEL, PDDeployment
-from lynx_testing.exactness import compare_greedy
+from lynx_testing.deploy import HOST, SERVED_MODEL, PDDeployment
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
 from lynx_testing.netns import INSIDE_ENV, run_isolated
-from lynx_testing.prompts import chat_prompt, long_question
 from lynx_testing.streaming import sse_events
-from request_types import request_types
+from pd_judging import ContinuationServers, annotate
+from pd_suites import MAX_TOKENS
+from request_types import CHAT_ROOM
 
-PROMPT_TOKENS = (512, 1024, 2048)
-MAX_TOKENS = 32
-SLOW_LINK = ("--lynx-link-gbps", "0.03")  # the residual lands after several decode steps
+SLOW_LINK = ("--lynx-link-gbps", "0.03")  # sent whole after the prefill, the residual lands several decode steps late
+# The default path (segments of 512 tokens, each layer sent as the forward writes it) sends the KV while
+# the prefill computes, so a residual lags its anchor only where the link is slower than the prefill
+# makes KV (int8 KV of SmolLM2 at this CPU's ~190 tokens/s: ~0.018 Gbit/s). At this rate part of a
+# prompt's residual is still to send when its prefill ends: every request drafts on its anchor.
+DRAFT_LINK = ("--lynx-link-gbps", "0.015")
+INT8_LOOPBACK = ("--lynx-mode", "int8", "--lynx-loopback")
 # The decode radix cache, on a link slow enough that a request still decodes on its anchor when
 # the next one with its prompt arrives.
 RADIX_ARGS = ("--lynx-link-gbps", "0.01", "--disaggregation-decode-enable-radix-cache")
@@ -39,15 +45,6 @@ RADIX_ARGS = ("--lynx-link-gbps", "0.01", "--disaggregation-decode-enable-radix-
 DISTRIBUTION_LINK = ("--lynx-link-gbps", "0.003")
 MOONCAKE = ("--lynx-transport", "mooncake")
 TOP_LOGPROBS = 20  # what references report per output position
-DISTRIBUTION_SEEDS = range(1000, 1096)  # one short sampled request per seed
-# Essay excerpts of the "pages" suite: with SmolLM2's chat template, prompts of 365 and 468
-# tokens (neither a multiple of 16, so of no page size used here nor of the 64-token key
-# group), sharing their first 341 tokens: the second reuses 336 of them (21 pages of 16) or
-# 320 (5 pages of 64) from the decode radix cache, and its transfer starts there.
-SHARED_PREFIX_EXCERPTS = (317, 420)
-PAGES_MAX_TOKENS = 16
-BRIEF_TOKENS = (250, 400)  # the "brief" suite: prompts of a few hundred tokens, few new tokens
-BRIEF_MAX_TOKENS = 12
 
 
 @dataclass(frozen=True)
@@ -60,6 +57,12 @@ class Deployment:
     reference: bool = False  # request top logprobs (a reference must not change what it decodes)
     isolated: bool = False  # run in a private network namespace (Mooncake listens on every interface)
     extended: bool = False  # only the extended tier starts it
+    # A reference's twin: the `--lynx` arguments of one server that decodes greedily exactly as this
+    # deployment (the test of each pairing proves it); it continues the reference after a near tie.
+    continuation: tuple[str, ...] | None = None
+
+
+TWO_SIX_LOOPBACK = ("--lynx-mode", "lynx", "--lynx-preset", "2+6", "--lynx-loopback")
 
 
 def _pages(mode: str, page: int, *args: str, **fields) -> Deployment:
@@ -69,29 +72,29 @@ def _pages(mode: str, page: int, *args: str, **fields) -> Deployment:
 
 DEPLOYMENTS = (
     Deployment("single", (), single=True),
-    Deployment("single-int8-loopback", ("--lynx-mode", "int8", "--lynx-loopback"), single=True),
+    Deployment("single-int8-loopback", INT8_LOOPBACK, single=True),
     # int4 is int8's one-stream path with another preset: the default tier's representative is int8.
     Deployment("single-int4-loopback", ("--lynx-mode", "int4", "--lynx-loopback"), single=True, suites=("short",),
                extended=True),
     # What lynx mode with a 2-bit anchor decodes once verified: the 2+6 grid, not int8's 4+4.
     Deployment(
-        "single-2+6-loopback", ("--lynx-mode", "lynx", "--lynx-preset", "2+6", "--lynx-loopback"), single=True, reference=True
+        "single-2+6-loopback", TWO_SIX_LOOPBACK, single=True, reference=True, continuation=TWO_SIX_LOOPBACK
     ),
-    Deployment("bf16", ("--lynx-mode", "bf16"), reference=True),
+    Deployment("bf16", ("--lynx-mode", "bf16"), reference=True, continuation=()),
     Deployment(
         "int8",
         ("--lynx-mode", "int8"),
-        suites=("greedy", "stops", "sampling", "types", "pages"),
+        suites=("greedy", "stops", "sampling", "types", "pages", "faults", "mixed"),
         extended_suites=("distribution",),
         reference=True,
+        continuation=INT8_LOOPBACK,
     ),
-    Deployment("int4", ("--lynx-mode", "int4"), suites=("short",), reference=True, extended=True),
-    # The whole KV after the prefill (no layer streaming, which the other lynx deployments
-    # keep): each residual then lands ~1 s after its anchor, so requests draft on the anchor
-    # whatever the machine's prefill speed (streamed, a residual can land with its anchor).
+    Deployment("int4", ("--lynx-mode", "int4"), suites=("short",), reference=True, extended=True,
+               continuation=("--lynx-mode", "int4", "--lynx-loopback")),  # fmt: skip
+    # The default path: segments, each layer sent as the prefill writes it, data-thread upgrades.
     Deployment(
         "lynx",
-        ("--lynx-mode", "lynx", *SLOW_LINK, "--lynx-segment-tokens", "0", "--enable-metrics"),
+        ("--lynx-mode", "lynx", *DRAFT_LINK, "--enable-metrics"),
         suites=("greedy", "stops", "sampling", "sampling-again", "concurrent", "openai", "types"),
     ),
     # Short sampled requests on a link so slow that each residual lands several decode
@@ -101,8 +104,8 @@ DEPLOYMENTS = (
     Deployment("bf16-types", ("--lynx-mode", "bf16"), suites=("types",), extended=True),
     Deployment("int4-types", ("--lynx-mode", "int4"), suites=("types",), extended=True),
     # Rollbacks (a 2-bit anchor) with KV pages of 16: only whole pages past the kept tokens go back.
-    # The KV goes after the prefill (as for "lynx"): streamed, the residual landed 0.1-0.6 s after
-    # the anchor here, too few drafted tokens (2-5, all accepted) to be sure of a rollback.
+    # The default tier's whole-send deployment: the KV goes after the prefill (--lynx-segment-tokens
+    # 0), so each residual lands ~1 s after its anchor whatever the prefill's speed.
     Deployment(
         "lynx-2+6-page16",
         ("--lynx-mode", "lynx", "--lynx-preset", "2+6", "--page-size", "16", *SLOW_LINK, "--lynx-segment-tokens", "0"),
@@ -120,8 +123,7 @@ DEPLOYMENTS = (
     *(_pages("int4", p, suites=("short",), extended=True) for p in (16, 64)),
     Deployment(
         "lynx-page16-radix",
-        ("--lynx-mode", "lynx", "--page-size", "16", "--disaggregation-decode-enable-radix-cache", *SLOW_LINK,
-         "--lynx-segment-tokens", "0"),  # fmt: skip
+        ("--lynx-mode", "lynx", "--page-size", "16", "--disaggregation-decode-enable-radix-cache", *DRAFT_LINK),
         suites=("pages", "greedy"),
         extended=True,
     ),
@@ -139,13 +141,16 @@ DEPLOYMENTS = (
 # start when its 2.5 GB of fp32 weights take more than 1 - fraction of it (--max-total-tokens still
 # bounds the pool).
 QWEN2_MEMORY = ("--mem-fraction-static", "0.8")
+# Qwen2's prefill makes its (smaller: 2 KV heads, 24 layers) KV ~4x slower than SmolLM2's: the default
+# path drafts only on a link this slow.
+QWEN2_DRAFT_LINK = ("--lynx-link-gbps", "0.003")
 QWEN2_DEPLOYMENTS = (
-    Deployment("qwen2-lynx", ("--lynx-mode", "lynx", *SLOW_LINK, "--lynx-segment-tokens", "0", *QWEN2_MEMORY),
-               suites=("brief",)),  # fmt: skip
+    Deployment("qwen2-lynx", ("--lynx-mode", "lynx", *QWEN2_DRAFT_LINK, *QWEN2_MEMORY), suites=("brief",)),
     # What int8 mode (and lynx mode once verified) decodes, from one server: a pair's reference.
-    Deployment("qwen2-single-int8-loopback", ("--lynx-mode", "int8", "--lynx-loopback", *QWEN2_MEMORY),
-               single=True, suites=("brief",), reference=True),  # fmt: skip
-    Deployment("qwen2-single", QWEN2_MEMORY, single=True, suites=("brief",), reference=True, extended=True),
+    Deployment("qwen2-single-int8-loopback", (*INT8_LOOPBACK, *QWEN2_MEMORY),
+               single=True, suites=("brief",), reference=True, continuation=(*INT8_LOOPBACK, *QWEN2_MEMORY)),  # fmt: skip
+    Deployment("qwen2-single", QWEN2_MEMORY, single=True, suites=("brief",), reference=True, extended=True,
+               continuation=QWEN2_MEMORY),  # fmt: skip
     Deployment("qwen2-single-int4-loopback", ("--lynx-mode", "int4", "--lynx-loopback", *QWEN2_MEMORY),
                single=True, suites=("brief",), extended=True),  # fmt: skip
     *(Deployment(f"qwen2-{m}", ("--lynx-mode", m, *QWEN2_MEMORY), suites=("brief",), extended=True)
@@ -163,60 +168,6 @@ class Run:
     decode_metrics: str = ""  # the decode server's Prometheus text (with --enable-metrics)
 
 
-def suites(tokenizer) -> dict[str, list[dict]]:
-    """Request bodies per suite."""
-
-    def body(content, **params):
-        sampling = {"max_new_tokens": MAX_TOKENS, "temperature": 0, **params}
-        return {"text": chat_prompt(tokenizer, content), "sampling_params": sampling}
-
-    long = [long_question(tokenizer, n, index=i) for i, n in enumerate(PROMPT_TOKENS)]
-    short = "What is the capital of France? Answer in one word."
-    return {
-        "greedy": [body(q) for q in long],
-        "short": [body(long[0])],
-        "stops": [
-            body(long[1], max_new_tokens=5),
-            body(long[1], stop=["essay"]),
-            body(long[0], stop_token_ids=[260]),
-            body(short),
-        ],
-        "sampling": [body(q, temperature=0.8, sampling_seed=7 + i) for i, q in enumerate(long[:2])],
-        "concurrent": [body(q) for q in (long[2], long[0], short, long[1])],
-        "openai": [{"messages": [{"role": "user", "content": short}]}],
-        "radix": [body(long[1])],
-        "pages": [body(long_question(tokenizer, n), max_new_tokens=PAGES_MAX_TOKENS) for n in SHARED_PREFIX_EXCERPTS],
-        "brief": [
-            body(long_question(tokenizer, n, index=i), max_new_tokens=BRIEF_MAX_TOKENS) for i, n in enumerate(BRIEF_TOKENS)
-        ],
-        "distribution": [
-            body("Tell me a very short story.", temperature=1.0, max_new_tokens=4, sampling_seed=seed)
-            for seed in DISTRIBUTION_SEEDS
-        ],
-        "types": [{"name": t.name, "how": t.how, "body": t.body} for t in request_types(tokenizer)],
-    }
-
-
-def request_body(tokenizer, tokens: int, index: int = 0, max_new_tokens: int = 8) -> dict:
-    """A greedy `/generate` body: a chat-templated essay excerpt of about `tokens` tokens and a question."""
-    text = chat_prompt(tokenizer, long_question(tokenizer, tokens, index=index))
-    return {"text": text, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
-
-
-def mixed_load(tokenizer, count: int, lengths=(64, 256, 512, 768)) -> list[dict]:
-    """`count` requests of mixed lengths and types: greedy, seeded sampling, stop strings."""
-    bodies = []
-    for index in range(count):
-        body = request_body(tokenizer, lengths[index % len(lengths)], index=index, max_new_tokens=12)
-        kind = index % 3
-        if kind == 1:
-            body["sampling_params"].update(temperature=0.8, sampling_seed=index)
-        elif kind == 2:
-            body["sampling_params"]["stop"] = [".", "\n"]
-        bodies.append(body)
-    return bodies
-
-
 def _state(server: SGLangServer) -> dict:
     return server.get_json("/server_info")["internal_states"][0]["lynx"]
 
@@ -231,7 +182,9 @@ def _settled(server: SGLangServer, like: dict, wait_s: float = 30.0) -> dict:
 
 
 class LazyRuns:
-    """Deployment name -> `Run`, each deployment started the first time a test needs it."""
+    """Deployment name -> `Run`, each deployment started the first time a test needs it; every answer
+    annotated with its request (`pd_judging.annotate`). `continuation(name)` gives the URL of a
+    server continuing deployment `name`'s answers (started when first called: after a near tie)."""
 
     def __init__(
         self, model_path, bodies: dict, log_dir, secret_file, extended: bool = False, deployments=DEPLOYMENTS
@@ -240,11 +193,39 @@ class LazyRuns:
         self.extended = extended
         self._runs: dict[str, Run] = {}
         self._by_name = {d.name: d for d in deployments}
+        self._tokenizer = None
+        self.continuations = ContinuationServers(model_path, log_dir)
 
     def __getitem__(self, name: str) -> Run:
         if name not in self._runs:
-            self._runs[name] = run_deployment(self._by_name[name], *self._args, extended=self.extended)
+            self.continuations.close()  # one deployment at a time
+            run = run_deployment(self._by_name[name], *self._args, extended=self.extended)
+            self._annotate(run)
+            self._runs[name] = run
         return self._runs[name]
+
+    def continuation(self, name: str):
+        """A callable giving the URL of the server that continues deployment `name`'s answers."""
+        args = self._by_name[name].continuation
+        if args is None:
+            raise ValueError(f"deployment {name} names no continuation server")
+        return lambda: self.continuations.url(args)
+
+    def close(self) -> None:
+        self.continuations.close()
+
+    def _annotate(self, run: Run) -> None:
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self._args[0]))
+        bodies = self._args[1]
+        for suite, answers in run.outputs.items():
+            suite_bodies = bodies[suite.replace("-again", "")]
+            if suite == "radix":
+                suite_bodies = suite_bodies * len(answers)
+            for body, answer in zip(suite_bodies, answers):
+                annotate(answer, body.get("body", body), self._tokenizer.encode)
 
 
 def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_file, extended: bool = False) -> Run:
@@ -302,7 +283,7 @@ def _ask_all(dep: Deployment, suites, url: str, bodies: dict, run: Run, pd: PDDe
             answers = [_chat(url, b["messages"]) for b in requests]
         elif suite == "radix":
             answers = _radix_sequence(url, requests[0])
-        elif suite in ("concurrent", "distribution"):
+        elif suite in ("concurrent", "distribution", "mixed"):
             # All at once: the prefill computes them together and the link sends every
             # anchor before any residual, so each request drafts on its anchor (sent a few
             # at a time, a short prompt's residual would often land with its anchor).
@@ -321,7 +302,7 @@ def _ask_types(dep: Deployment, url: str, pd: PDDeployment, types: list[dict], e
         body = kind["body"] if kind["how"] == "chat" else {**kind["body"], **extra}
         try:
             if kind["how"] == "chat":
-                return post_json(f"{url}/v1/chat/completions", {"model": SERVED_MODEL, **body})
+                return chat_direct(pd, {"model": SERVED_MODEL, **body}, CHAT_ROOM)
             if kind["how"] == "direct":
                 return pd.generate_direct(body, secrets.randbelow(2**62) + 1)[1]
             return post_json(f"{url}/generate", body)
@@ -358,6 +339,16 @@ def _radix_sequence(url: str, body: dict) -> list[dict]:
     return [answers["A"], answers["B"], answers["C"]]
 
 
+def chat_direct(pd: PDDeployment, body: dict, room: int) -> dict:
+    """An OpenAI chat completion sent to both servers with bootstrap room `room` (the decode server's
+    answer): the same room in every deployment gives the samples of an ``n > 1`` request the same seeds."""
+    fields = {"bootstrap_host": HOST, "bootstrap_port": pd.bootstrap_port, "bootstrap_room": room}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        answers = [pool.submit(post_json, f"{server.url}/v1/chat/completions", {**body, **fields})
+                   for server in (pd.prefill, pd.decode)]  # fmt: skip
+        return [a.result() for a in answers][1]
+
+
 def _chat(url: str, messages: list) -> dict:
     from openai import OpenAI
 
@@ -365,28 +356,6 @@ def _chat(url: str, messages: list) -> dict:
         model=SERVED_MODEL, messages=messages, max_tokens=MAX_TOKENS, temperature=0
     )
     return {"text": reply.choices[0].message.content, "finish_reason": reply.choices[0].finish_reason}
-
-
-def top2(answer: dict) -> list:
-    """Per output position ``((token, logprob), (token, logprob))`` from a reference answer."""
-    return [((int(p[0][1]), p[0][0]), (int(p[1][1]), p[1][0])) for p in answer["meta_info"]["output_top_logprobs"]]
-
-
-def assert_greedy_answers_equal(reference_answers: list[dict], candidate_answers: list[dict], label: str) -> list[str]:
-    """Each candidate's tokens equal its reference's (the near-tie rule on the reference's top 2); prints and
-    returns the verdicts."""
-    verdicts = []
-    for ref, cand in zip(reference_answers, candidate_answers, strict=True):
-        result = compare_greedy(ref["output_ids"], cand["output_ids"], top2(ref))
-        assert result.ok, f"{label}: {result.detail}"
-        verdicts.append(result.verdict)
-    print(f"\n{label}: {verdicts.count('equal')} equal, {verdicts.count('near_tie')} parted at a near-tie")
-    return verdicts
-
-
-def top_logprobs(answer: dict) -> list[dict[int, float]]:
-    """Per output position, token -> logprob of the reference's top tokens."""
-    return [{int(t): lp for lp, t, *_ in p} for p in answer["meta_info"]["output_top_logprobs"]]
 
 
 if __name__ == "__main__":

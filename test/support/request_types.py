@@ -2,19 +2,25 @@
 
 Each entry names a request type and the native `/generate` body that
 exercises it; `how` says how it is sent: through the router (``router``), as
-an OpenAI chat completion (``chat``), or straight to both servers with list
-bootstrap fields (``direct``: SGLang's router refuses batched bodies).
+an OpenAI chat completion straight to both servers with bootstrap room
+`CHAT_ROOM` (``chat``: each sample of an ``n > 1`` request draws with a seed
+derived from its room, so a fixed room makes two deployments' samples
+comparable), or straight to both servers with list bootstrap fields
+(``direct``: SGLang's router refuses batched bodies). Every prompt but the
+second of ``batch-list`` is long enough that its residual lands while it
+drafts on its anchor.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lynx_testing.prompts import chat_prompt, long_question
+from lynx_testing.prompts import chat_prompt, essay_excerpt, long_question
 
 PROMPT_TOKENS = 512
 MAX_TOKENS = 24
 TOP_LOGPROBS = 20  # as many as the references report, so a logprob request is the same request in both modes
+CHAT_ROOM = 0x5EED_0C4A7  # the bootstrap room of every ``chat`` request
 PERSON_SCHEMA = {
     "type": "object",
     "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
@@ -47,6 +53,8 @@ def request_types(tokenizer) -> list[RequestType]:
     )
 
     fresh = chat_prompt(tokenizer, long_question(tokenizer, PROMPT_TOKENS, index=13))
+    # Wants a one-word answer (which min_new_tokens then holds off), after an essay long enough to draft on.
+    say_yes = chat_prompt(tokenizer, essay_excerpt(tokenizer, PROMPT_TOKENS, index=14) + "\n\nSay yes.")
 
     def body(text=long, **params):
         return {"text": text, "sampling_params": {"max_new_tokens": MAX_TOKENS, "temperature": 0, **params}}
@@ -60,7 +68,7 @@ def request_types(tokenizer) -> list[RequestType]:
         RequestType("frequency-presence-penalty", body(frequency_penalty=0.8, presence_penalty=0.6)),
         RequestType("repetition-penalty", body(repetition_penalty=1.3)),
         RequestType("logit-bias", body(logit_bias={"30": -100.0, "260": 4.0})),
-        RequestType("min-new-tokens", body(chat_prompt(tokenizer, "Say yes."), min_new_tokens=12)),
+        RequestType("min-new-tokens", body(say_yes, min_new_tokens=12)),
         RequestType("stop-string", body(stop=[" the ", "."])),
         RequestType("stop-regex", body(stop_regex=r"\bis\b")),
         RequestType("json-schema", body(person, json_schema=_json(PERSON_SCHEMA), max_new_tokens=32)),
@@ -77,8 +85,12 @@ def request_types(tokenizer) -> list[RequestType]:
             "text": [long + " The essay is about", long + " The essay is about money"],
             "sampling_params": {"max_new_tokens": 0, "temperature": 0},
             "return_logprob": True, "return_text_in_logprobs": True, "logprob_start_len": 500}, how="direct"),  # fmt: skip
-        RequestType("chat-n-2", {"messages": [{"role": "user", "content": "Name a fruit."}], "n": 2,
-                                 "temperature": 0.7, "max_tokens": 8, "seed": 3}, how="chat"),  # fmt: skip
+        # Token ids, top logprobs and meta_info (Lynx's metrics) per choice, to judge each sample.
+        RequestType("chat-n-2", {
+            "messages": [{"role": "user", "content": essay_excerpt(tokenizer, PROMPT_TOKENS, index=15)
+                          + "\n\nName a fruit."}], "n": 2,
+            "temperature": 1.0, "max_tokens": 8, "seed": 3, "logprobs": True, "top_logprobs": TOP_LOGPROBS,
+            "return_token_ids": True, "return_meta_info": True}, how="chat"),  # fmt: skip
         # The prompt of the first types again, with prompt logprobs from its first token: the prefill's
         # radix cache holds it, but the match stops at token 0 and the whole prompt is computed anew.
         RequestType("prompt-logprobs-from-start",
