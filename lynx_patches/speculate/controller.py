@@ -23,7 +23,7 @@ import logging
 import time
 from http import HTTPStatus
 
-
+from lynx.request_lifecycle import Phase, first_phase, park_target, settle_target
 from lynx.speculation import DraftWindow
 
 from lynx_patches.speculate import commit
@@ -58,11 +58,10 @@ class SpecController:
         self.config = side.config
         self.agreement = agreement or RankAgreement.of(scheduler)
         self.reqs: dict[str, object] = {}
-        self.parked: list = []
         # A residual applied here that another decode rank still waits for: this rank's idle
         # wait must not sleep (the others pace the loop; it waits in their next collective).
         self.waiting_on_peers = False
-        self.idle = IdleWait(scheduler, side, parked=lambda: bool(self.parked), ready=lambda: self.waiting_on_peers)
+        self.idle = IdleWait(scheduler, side, parked=lambda: self.busy, ready=lambda: self.waiting_on_peers)
         self.window = DraftWindow(self.config.max_speculative_tokens if self.config.speculates else 0)
         self.prometheus = None
         if scheduler.metrics_reporter.enable_metrics:
@@ -89,9 +88,9 @@ class SpecController:
             rule=sampling_rule(params),
             seed=noise_seed(req),
             timings=dict(timings),
+            phase=first_phase(residual_pending),
         )
-        state.anchor = residual_pending
-        if state.anchor:
+        if state.phase.on_anchor:
             if reason is not None:
                 logger.info("Lynx decode: request %s waits for its residual: %s", req.rid, reason)
             # Partial-precision KV never enters the decode radix cache.
@@ -102,8 +101,13 @@ class SpecController:
         return state
 
     @property
+    def parked(self) -> list:
+        """Requests held outside SGLang's queues until their residual lands."""
+        return [req for req in self.reqs.values() if state_of(req).phase.parked]
+
+    @property
     def busy(self) -> bool:
-        return bool(self.parked)
+        return any(state_of(req).phase.parked for req in self.reqs.values())
 
     @staticmethod
     def coupled_rows(batch) -> list[tuple]:
@@ -134,12 +138,12 @@ class SpecController:
             if req.finished():
                 self._drop(req)
                 continue
-            if not state.anchor or state.fresh:
+            if state.phase not in (Phase.DRAFTING, Phase.PARKED):
                 continue
             if req.grammar is not None and not state.grammar_done:
                 state.grammar_drafts = state.speculated(len(req.output_ids))
                 state.grammar_done = req.grammar.is_terminated()
-            if state.parked and req.to_finish:
+            if state.phase is Phase.PARKED and req.to_finish:
                 self._finish(req, checkpoint=False)  # aborted while it waited
             else:
                 awaited.append(req)
@@ -162,10 +166,10 @@ class SpecController:
         fresh = []
         for req in list(self.reqs.values()):
             state = state_of(req)
-            if not state.fresh:
+            if not state.phase.fresh:
                 continue
-            state.fresh = False
-            if req.finished() or not state.anchor or state.speculated(len(req.output_ids)):
+            state.move(settle_target(state.phase))
+            if req.finished() or state.speculated(len(req.output_ids)):
                 continue
             fresh.append(req)
         agreed, _, waiting = self._residuals(fresh)  # a failure is left to the next `before_schedule`
@@ -176,14 +180,14 @@ class SpecController:
 
     def after_prebuilt(self, batch) -> None:
         """A prebuilt batch has fresh penalizer rows: give verified requests their history back."""
-        requeued = [req for req in batch.reqs if (state := state_of(req)) is not None and state.requeued]
+        requeued = [req for req in batch.reqs if (state := state_of(req)) is not None and state.phase is Phase.REQUEUED]
         if not requeued or not batch.sampling_info.penalizer_orchestrator.is_required:
             return
         histories = [req.output_ids[:-1] if req in requeued else [] for req in batch.reqs]
         vocab = self.scheduler.model_config.vocab_size
         batch.sampling_info.penalizer_orchestrator = penalizer_rows(vocab, batch, histories)
         for req in requeued:
-            state_of(req).requeued = False
+            state_of(req).move(Phase.EXACT)
 
     # --- verify --------------------------------------------------------------------------------
 
@@ -223,17 +227,19 @@ class SpecController:
         to_verify = []
         for req in landed:
             state = state_of(req)
-            state.anchor = False
             req.skip_radix_cache_insert = state.barred_from_tree
             if state.speculated(len(req.output_ids)) > 0:
+                state.move(Phase.VERIFYING)
                 to_verify.append(req)
                 continue
+            was_parked = state.phase is Phase.PARKED
+            state.move(Phase.EXACT)
             if req in running_batch.reqs:
                 from sglang.srt.mem_cache.common import checkpoint_kv_cache
 
                 checkpoint_kv_cache(req, self.scheduler.tree_cache)
-            if state.parked:
-                self._requeue(req)
+            if was_parked:
+                self.scheduler.waiting_queue.append(req)
             self._attach_metrics(req)
         if to_verify:
             self._verify(to_verify, running_batch)
@@ -276,17 +282,19 @@ class SpecController:
         state.profile["commit_s"] = time.perf_counter() - started
         self._attach_metrics(req)
         if req.finished():
+            state.move(Phase.EXACT)
             self._finish(req, checkpoint=True)
         else:
-            state.requeued = True
-            self._requeue(req)
+            state.move(Phase.REQUEUED)
+            self.scheduler.waiting_queue.append(req)
 
     # --- holding, parking, failing, finishing --------------------------------------------------
 
     def _hold_new(self) -> None:
         """Requests that may not speculate: stream their first token now, then hold them."""
         waiting = self.scheduler.waiting_queue
-        for req in [r for r in waiting if (s := state_of(r)) is not None and s.anchor and s.cap == 0 and not s.parked]:
+        unparked = (Phase.FRESH, Phase.DRAFTING)
+        for req in [r for r in waiting if (s := state_of(r)) is not None and s.phase in unparked and s.cap == 0]:
             req.update_finish_state()
             if req.finished():
                 continue  # SGLang's prebuilt path answers and releases it
@@ -298,7 +306,7 @@ class SpecController:
         capped = []
         for req in running_batch.reqs:
             state = state_of(req)
-            if state is None or not state.anchor:
+            if state is None or not state.phase.on_anchor:
                 continue
             if state.speculated(len(req.output_ids)) >= self._cap(req, state):
                 capped.append(req)
@@ -312,15 +320,8 @@ class SpecController:
         return max(0, min(state.cap, room_left))
 
     def _hold(self, req) -> None:
-        state_of(req).parked = True
-        self.parked.append(req)
-
-    def _requeue(self, req) -> None:
         state = state_of(req)
-        if state.parked:
-            state.parked = False
-            self.parked.remove(req)
-        self.scheduler.waiting_queue.append(req)
+        state.move(park_target(state.phase))
 
     @staticmethod
     def _remove_from(batch, reqs: list) -> None:
@@ -339,7 +340,7 @@ class SpecController:
         if req in self.scheduler.waiting_queue:
             self.scheduler.waiting_queue.remove(req)
         commit.roll_back(req, state.verified)
-        state.anchor = False
+        state.move(Phase.FAILED)
         req.finished_reason = FINISH_ABORT(reason, HTTPStatus.INTERNAL_SERVER_ERROR)
         self._finish(req, checkpoint=False)
 
@@ -356,8 +357,6 @@ class SpecController:
     def _drop(self, req) -> None:
         if self.reqs.pop(req.rid, None) is not None and self.prometheus is not None:
             self.prometheus.record(self.metrics(req))
-        if req in self.parked:
-            self.parked.remove(req)
         self.side.forget(state_of(req).room)
 
     def _attach_metrics(self, req) -> None:

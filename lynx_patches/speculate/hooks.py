@@ -156,7 +156,7 @@ def stream_accept(original, accumulator, *, req):
     an empty chunk when a verified or held request passes SGLang's prebuilt path again."""
     state = state_of(req)
     if state is not None and not req.finished():
-        if req.send_token_offset >= (state.verified if state.anchor else len(req.output_ids)):
+        if req.send_token_offset >= (state.verified if state.phase.on_anchor else len(req.output_ids)):
             return None
     return original(accumulator, req=req)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from lynx.request_lifecycle import Phase, advance
 from lynx.sampling import SamplingRule
 
 ATTR = "lynx"
@@ -19,16 +20,16 @@ class SpecState:
         verified: leading output tokens that are exact (streamable); the rest
             were generated on the anchor and are held back.
         cap: speculative tokens allowed before the request waits (0 = none).
-        anchor: True until the residual has been applied and checked.
-        fresh: adopted in this scheduler iteration, its first token not yet
-            streamed; its residual is applied after that (`after_schedule`).
-        parked: waiting for its residual outside SGLang's queues.
-        requeued: verified and sent back through SGLang's prebuilt path, whose
-            fresh penalizer rows must be given the request's history again.
+        phase: where the request is in its lifecycle (`lynx.request_lifecycle`);
+            changed only by `move`.
         grammar_drafts: held-back tokens the request's grammar has accepted
             (it stops accepting once terminated); the verify pass rolls it
             back by that many.
-        grammar_done: the grammar had terminated when last looked at.
+        grammar_done: the grammar had terminated when last looked at: a
+            cached `req.grammar.is_terminated()`, an observation of the
+            grammar, not a phase of the request (which keeps drafting up to
+            its cap); it stops `grammar_drafts` from counting the drafts the
+            grammar no longer accepted.
         rule: the sampling distribution; None for greedy decoding.
         seed: seeds the Gumbel noise of every sampled token (`lynx.sampling`).
         barred_from_tree: the request's own `skip_radix_cache_insert`, which
@@ -44,10 +45,7 @@ class SpecState:
     rule: SamplingRule | None = None
     seed: int = 0
     barred_from_tree: bool = False
-    anchor: bool = True
-    fresh: bool = True
-    parked: bool = False
-    requeued: bool = False
+    phase: Phase = Phase.FRESH
     grammar_drafts: int = 0
     grammar_done: bool = False
     speculative_tokens: int = 0
@@ -56,6 +54,10 @@ class SpecState:
     verify_batch: int = 0
     timings: dict = field(default_factory=dict)
     profile: dict = field(default_factory=dict)
+
+    def move(self, to: Phase) -> None:
+        """Move to phase `to` (`lynx.request_lifecycle.advance` refuses a move its table does not allow)."""
+        self.phase = advance(self.phase, to)
 
     def speculated(self, output_len: int) -> int:
         """Held-back tokens of an output of `output_len` tokens."""
@@ -78,7 +80,7 @@ def state_of(req) -> SpecState | None:
 
 def in_anchor_phase(req) -> bool:
     state = state_of(req)
-    return state is not None and state.anchor
+    return state is not None and state.phase.on_anchor
 
 
 def sampling_rule(sampling_params) -> SamplingRule | None:

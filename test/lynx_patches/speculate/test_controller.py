@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject
+from lynx.request_lifecycle import Phase
 from lynx.transfer.keys import transfer_key
 from pd_fakes import SECRET, DecodeHost, FakePool, LockstepGroup, config, run_ranks, transfer_messages
 
@@ -153,8 +154,9 @@ def world(patched):
     world.side.close()
 
 
-def admit(world, rid, room, first_token=7, **req_args):
-    """A request whose anchor landed: its room anchored on the side, adopted by the controller."""
+def admit(world, rid, room, first_token=7, first_iteration_over=True, **req_args):
+    """A request whose anchor landed: its room anchored on the side, adopted by the controller
+    (and, if `first_iteration_over`, its adoption iteration over)."""
     side = world.side
     assert side.claim(room)
     nonce = side.reserve(room, np.arange(PROMPT), 0, 0.0, "prefill", ())
@@ -165,7 +167,8 @@ def admit(world, rid, room, first_token=7, **req_args):
     side.hand_over(room)
     req = Req(rid, room, [first_token], **req_args)
     world.controller.adopt(req, residual_pending=True, timings=side.timings(room))
-    world.controller.after_schedule(Batch([]))  # the iteration that streams its first token
+    if first_iteration_over:
+        world.controller.after_schedule(Batch([]))  # the iteration that streams its first token
     return req, frames
 
 
@@ -187,10 +190,10 @@ def test_a_residual_that_landed_with_the_anchor_is_applied_after_the_first_token
     world.controller.adopt(req, residual_pending=True, timings=side.timings(9))
     batch = Batch([])
     world.controller.before_schedule(batch)  # the first token is streamed after this: no upgrade yet
-    assert state_of(req).anchor and "upgrade_s" not in state_of(req).profile
+    assert state_of(req).phase is Phase.FRESH and "upgrade_s" not in state_of(req).profile
     batch.reqs.append(req)  # SGLang's prebuilt step streamed the first token and merged the request
     world.controller.after_schedule(batch)
-    assert not state_of(req).anchor and state_of(req).profile["upgrade_s"] > 0
+    assert state_of(req).phase is Phase.EXACT and state_of(req).profile["upgrade_s"] > 0
     assert world.passes == [], "nothing was drafted: no verify pass"
     assert world.checkpointed == ["f"], "its full-precision prompt KV may enter the radix cache now"
 
@@ -203,7 +206,7 @@ def test_a_request_that_drafted_its_cap_is_parked_until_its_residual_lands(world
     assert batch.reqs == [req] and not world.controller.busy
     req.output_ids += [3]
     world.controller.before_schedule(batch)
-    assert batch.reqs == [] and world.controller.parked == [req] and state_of(req).parked
+    assert batch.reqs == [] and world.controller.parked == [req] and state_of(req).phase is Phase.PARKED
 
 
 def test_drafts_that_full_precision_agrees_with_are_all_kept_verified_and_requeued(world):
@@ -214,9 +217,9 @@ def test_drafts_that_full_precision_agrees_with_are_all_kept_verified_and_requeu
     world.controller.before_schedule(batch)  # parks at the cap
     land_residual(world, frames)
     world.controller.before_schedule(batch)
-    assert req.output_ids == [7, 1, 2, 3] and state_of(req).verified == 4 and not state_of(req).anchor
+    assert req.output_ids == [7, 1, 2, 3] and state_of(req).verified == 4 and state_of(req).phase is Phase.REQUEUED
     assert world.passes == [[("a", 0, 3)]], "rows: t0 and the first two drafts"
-    assert world.scheduler.waiting_queue == [req] and world.controller.parked == [] and state_of(req).requeued
+    assert world.scheduler.waiting_queue == [req] and world.controller.parked == []
     metrics = world.controller.metrics(req)
     assert (metrics["speculative_tokens"], metrics["accepted_tokens"], metrics["rollbacks"]) == (3, 3, 0)
     assert metrics["anchor_ready_s"] <= metrics["residual_ready_s"]
@@ -270,7 +273,7 @@ def test_every_landed_request_is_verified_in_one_pass(world):
     batch = Batch(reqs)
     world.controller.before_schedule(batch)
     assert world.passes == [[("r0", 0, 1), ("r1", 0, 2), ("r2", 0, 2)]]
-    assert all(not state_of(r).anchor and state_of(r).verify_batch == 3 for r in reqs)
+    assert all(state_of(r).phase is Phase.REQUEUED and state_of(r).verify_batch == 3 for r in reqs)
     assert batch.reqs == [] and world.scheduler.waiting_queue == reqs
 
 
@@ -278,10 +281,28 @@ def test_a_request_that_may_not_speculate_streams_its_first_token_then_waits(wor
     req, frames = admit(world, "a", 1, custom_logit_processor="processor")
     world.scheduler.waiting_queue.append(req)
     world.controller.before_schedule(Batch([]))
-    assert world.scheduler.streamed == [req] and world.scheduler.waiting_queue == [] and state_of(req).parked
+    assert world.scheduler.streamed == [req] and world.scheduler.waiting_queue == [] and state_of(req).phase is Phase.PARKED
     land_residual(world, frames)
     world.controller.before_schedule(Batch([]))
-    assert world.passes == [] and world.scheduler.waiting_queue == [req] and not state_of(req).anchor
+    assert world.passes == [] and world.scheduler.waiting_queue == [req] and state_of(req).phase is Phase.EXACT
+
+
+@pytest.mark.parametrize("landed_with_the_anchor", [True, False])
+def test_a_request_that_may_not_speculate_is_held_in_its_first_iteration_and_upgraded_after_it(world, landed_with_the_anchor):
+    req, frames = admit(world, "a", 1, first_iteration_over=False, custom_logit_processor="processor")
+    if landed_with_the_anchor:
+        land_residual(world, frames)
+    world.scheduler.waiting_queue.append(req)  # SGLang's transfer queue hands it over in the iteration it adopts it
+    world.controller.before_schedule(Batch([]))
+    assert state_of(req).phase is Phase.FRESH_PARKED and "upgrade_s" not in state_of(req).profile
+    assert world.controller.parked == [req] and world.controller.busy and world.scheduler.streamed == [req]
+    world.controller.after_schedule(Batch([]))  # its first look at the residual
+    if not landed_with_the_anchor:
+        assert state_of(req).phase is Phase.PARKED and world.scheduler.waiting_queue == []
+        land_residual(world, frames)
+        world.controller.before_schedule(Batch([]))
+    assert state_of(req).phase is Phase.EXACT and world.scheduler.waiting_queue == [req]
+    assert world.controller.parked == [] and world.passes == []
 
 
 def test_a_request_that_may_not_speculate_and_ends_at_its_first_token_is_left_to_sglang(world):
@@ -366,7 +387,7 @@ def test_a_requeued_request_gets_its_penalizer_history_back(world, monkeypatch):
         penalizer_orchestrator=SimpleNamespace(is_required=True)))  # fmt: skip
     world.controller.after_prebuilt(prebuilt)
     assert seen == [[[], [7, 1]]] and prebuilt.sampling_info.penalizer_orchestrator == "rows"
-    assert not state_of(req).requeued
+    assert state_of(req).phase is Phase.EXACT
 
 
 def test_a_verify_pass_that_fails_ends_its_requests_with_the_cause_and_the_server_goes_on(world, monkeypatch):
@@ -387,7 +408,7 @@ def test_a_grammar_that_cannot_roll_back_keeps_its_request_from_speculating(worl
     assert state_of(req).cap == 0
     world.scheduler.waiting_queue.append(req)
     world.controller.before_schedule(Batch([]))
-    assert state_of(req).parked and world.scheduler.streamed == [req]
+    assert state_of(req).phase is Phase.PARKED and world.scheduler.streamed == [req]
 
 
 def test_a_request_already_finished_when_its_transfer_commits_leaves_no_room_behind(world):
@@ -436,7 +457,7 @@ def test_a_request_is_verified_only_once_every_decode_rank_has_applied_its_resid
     land_residual(two_ranks[0], admitted[0][1])
     run_ranks(two_ranks, lambda w: w.controller.before_schedule(batches[two_ranks.index(w)]))
     assert [w.passes for w in two_ranks] == [[], []], "rank 1 still waits for its residual: nobody verifies"
-    assert [state_of(req).anchor for req, _ in admitted] == [True, True]
+    assert [state_of(req).phase for req, _ in admitted] == [Phase.PARKED] * 2
     assert [w.controller.waiting_on_peers for w in two_ranks] == [True, False]
     land_residual(two_ranks[1], admitted[1][1])
     run_ranks(two_ranks, lambda w: w.controller.before_schedule(batches[two_ranks.index(w)]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
+from lynx.request_lifecycle import Phase
 from lynx.sampling import SamplingRule, draw
 
 from lynx_patches.speculate import hooks
@@ -30,8 +31,7 @@ def test_a_seeded_row_returns_its_drawn_token_with_that_tokens_logprob():
 
 
 def _req(output_ids, sent, anchor, verified):
-    state = SpecState(room=1, verified=verified, cap=4)
-    state.anchor = anchor
+    state = SpecState(room=1, verified=verified, cap=4, phase=Phase.DRAFTING if anchor else Phase.EXACT)
     return SimpleNamespace(output_ids=list(output_ids), send_token_offset=sent, finished=lambda: False, lynx=state)
 
 
