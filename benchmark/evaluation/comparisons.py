@@ -14,7 +14,7 @@ from pathlib import Path
 
 from evaluation import accuracy
 from evaluation.plan import ModelPlan
-from lynx_testing.launch import SGLangServer
+from lynx_testing.launch import SGLangServer, ServerSlot
 
 
 COMPARISONS = (
@@ -27,41 +27,22 @@ EXACT_REFERENCES = {"int8": ("--lynx-mode", "int8", "--lynx-loopback"), "bf16": 
 EXACT = {("int8", "lynx"), ("bf16", "stock")}
 
 
-class Continuations:
+class Continuations(ServerSlot):
     """Single servers of `plan.model` continuing a reference's answers, one at a time, each started
     the first time a near tie needs it; all stopped on leaving the `with` block."""
 
     def __init__(self, plan: ModelPlan, model_path: Path, out_dir: Path, log) -> None:
+        super().__init__()
         self._plan, self._model_path, self._out_dir, self._log = plan, model_path, out_dir, log
-        self._running: tuple[str, object] | None = None
 
     def url(self, reference: str) -> Callable[[], str]:
-        return lambda: self._url(reference)
+        return lambda: self.serve(reference, lambda: self._server(reference))
 
-    def _url(self, reference: str) -> str:
-        from lynx_testing.launch import SGLangServer
-
-        if self._running is not None and self._running[0] != reference:
-            self.close()
-        if self._running is None:
-            self._log(f"[{self._plan.model}] starting a {reference} continuation server")
-            args = ["--lynx", *EXACT_REFERENCES[reference], *self._plan.server_args]
-            log = self._out_dir / "logs" / f"{self._plan.model}-continuation-{reference}.log"
-            server = SGLangServer(self._model_path, args, max_total_tokens=self._plan.max_total_tokens, log_path=log)
-            self._running = (reference, server.start())
-            server.wait_ready()
-        return self._running[1].url
-
-    def close(self) -> None:
-        if self._running is not None:
-            self._running[1].stop()
-            self._running = None
-
-    def __enter__(self) -> Continuations:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def _server(self, reference: str) -> SGLangServer:
+        self._log(f"[{self._plan.model}] starting a {reference} continuation server")
+        args = ["--lynx", *EXACT_REFERENCES[reference], *self._plan.server_args]
+        log = self._out_dir / "logs" / f"{self._plan.model}-continuation-{reference}.log"
+        return SGLangServer(self._model_path, args, max_total_tokens=self._plan.max_total_tokens, log_path=log)
 
 
 def comparisons(variants: dict, reference_url: Callable[[str], Callable[[], str]] | None = None) -> list[dict]:

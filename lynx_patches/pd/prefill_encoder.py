@@ -20,7 +20,7 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import time
 
@@ -39,7 +39,7 @@ from lynx_patches.pd.control import RoomMetadata
 from lynx_patches.pd.layers import ForwardLayers
 from lynx_patches.pd.pool import PoolView
 from lynx_patches.pd.prefill_rooms import PrefillRooms
-from lynx_patches.pd.segment_streams import Destination, Route, SegmentStreams
+from lynx_patches.pd.segment_streams import Destination, Release, Route, SegmentStreams
 
 logger = logging.getLogger(__name__)
 
@@ -76,21 +76,6 @@ class Streaming:
     layers: ForwardLayers
 
 
-class _HeldStream(NamedTuple):
-    """Residual frames waiting for the end of their batch: the arguments of `PrioritySender.submit`
-    (``room`` is the part's wire id), and the request they belong to."""
-
-    endpoint: str
-    room: int
-    stream: int
-    data: np.ndarray
-    layer_bounds: list[int]
-    key: bytes
-    segment: int
-    frames: range
-    request: int
-
-
 class PrefillEncoder:
     """Encodes queued jobs one at a time on the encoder thread (`loop`) and queues their streams.
 
@@ -122,7 +107,7 @@ class PrefillEncoder:
         self._room_wires: dict[int, WireFormat] = {}
         self._prefill_rate = PrefillRate()
         self._jobs: queue.Queue[Job | Streaming] = queue.Queue()
-        self._held: list[_HeldStream] = []  # residuals of the batch being encoded (encoder thread)
+        self._held: list[tuple[int, Release]] = []  # (room, residuals) of the batch being encoded (encoder thread)
         self._pool: PoolView | None = None
         self._stream = None  # the encoder thread's device stream (GPU pools), made on first use
         self._pool_ready = threading.Event()
@@ -174,10 +159,10 @@ class PrefillEncoder:
     def _flush_held(self) -> None:
         """Queue the residual frames held back for the batch just encoded (not those of aborted rooms)."""
         held, self._held = self._held, []
-        live = self._rooms.not_aborted({stream.request for stream in held})
-        for stream in held:
-            if stream.request in live:
-                self._sender.submit(*stream[:-1])
+        live = self._rooms.not_aborted({room for room, _ in held})
+        for room, release in held:
+            if room in live:
+                self._sender.submit(*release)
 
     def _guarded(self, job: Job, work: Callable[[], bool]) -> bool:
         """Run one step of a job: its result, or False after an error, which fails the job's room
@@ -264,11 +249,10 @@ class PrefillEncoder:
                 self._sender.submit_message(endpoint, dest.wire, self._manifest(job, dest.route, dest.wire).seal(dest.key))
                 self._rooms.announce(job.room, endpoint, dest.key, dest.wire)
         for release in segment.release(layers, self._sender.chunk_bytes):
-            held = _HeldStream(*release[:-1], job.segment, release.frames, job.room)
             if release.stream == 0:
-                self._sender.submit(*held[:-1])
+                self._sender.submit(*release)
             else:
-                self._held.append(held)
+                self._held.append((job.room, release))
         if segment.done:
             progress.pop(key, None)
             return False
@@ -317,7 +301,7 @@ class PrefillEncoder:
             key = transfer_key(self._secret, meta.nonce)
             wire = transfer_room(job.room, route.part)
             destinations.append(Destination(meta, route, key, wire, [0] * wire_format.num_streams))
-        return SegmentStreams(wire_format, shapes, destinations)
+        return SegmentStreams(wire_format, job.segment, shapes, destinations)
 
     def _manifest(self, job: Job, route: Route, wire: int) -> Manifest:
         """The announcement of one part of a room (`wire`): its heads' whole shape and segmentation."""

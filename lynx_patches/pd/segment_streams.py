@@ -42,7 +42,7 @@ class Destination:
 
 class Release(NamedTuple):
     """Frames of one stream now final for one decode rank: the arguments of `PrioritySender.submit`
-    but the segment (``room`` is the part's wire id)."""
+    (``room`` is the part's wire id)."""
 
     endpoint: str
     room: int
@@ -50,6 +50,7 @@ class Release(NamedTuple):
     data: np.ndarray
     layer_bounds: list[int]
     key: bytes
+    segment: int
     frames: range
 
 
@@ -63,11 +64,15 @@ class SegmentStreams:
 
     Args:
         wire: the mode's wire format.
+        segment: which segment of the request's tokens this is.
         shapes: the segment's KV shape for each distinct head range its destinations get.
         destinations: the decode ranks, each with a route into `shapes`.
     """
 
-    def __init__(self, wire: WireFormat, shapes: dict[HeadSlice, KVShape], destinations: list[Destination]) -> None:
+    def __init__(
+        self, wire: WireFormat, segment: int, shapes: dict[HeadSlice, KVShape], destinations: list[Destination]
+    ) -> None:
+        self.segment = segment
         self.destinations = destinations
         self.num_layers = next(iter(shapes.values())).num_layers
         self.layers_done = 0
@@ -96,7 +101,8 @@ class SegmentStreams:
                 ready = frames_ready(len(buffer), chunk_bytes, bounds[layers])
                 if ready > dest.released[stream]:
                     frames = range(dest.released[stream], ready)
-                    released.append(Release(dest.meta.data_endpoint, dest.wire, stream, buffer, bounds, dest.key, frames))
+                    endpoint, segment = dest.meta.data_endpoint, self.segment
+                    released.append(Release(endpoint, dest.wire, stream, buffer, bounds, dest.key, segment, frames))
                     dest.released[stream] = ready
         self.layers_done = layers
         return released

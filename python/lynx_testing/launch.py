@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
 HOST = "127.0.0.1"
@@ -226,6 +226,33 @@ class SGLangServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class ServerSlot:
+    """At most one server running, started for a key: `serve(key, make)` gives the URL of the server
+    started for `key`, first stopping one started for another key and starting `make()` (a server
+    not yet started) in its place. A server that does not get ready is stopped."""
+
+    def __init__(self) -> None:
+        self._running: tuple[Hashable, SGLangServer] | None = None
+
+    def serve(self, key: Hashable, make: Callable[[], SGLangServer]) -> str:
+        if self._running is not None and self._running[0] != key:
+            self.close()
+        if self._running is None:
+            self._running = (key, make().__enter__())
+        return self._running[1].url
+
+    def close(self) -> None:
+        if self._running is not None:
+            self._running[1].stop()
+            self._running = None
+
+    def __enter__(self) -> ServerSlot:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def die_with_parent() -> None:

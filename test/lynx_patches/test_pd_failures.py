@@ -26,7 +26,6 @@ import os
 import secrets
 import signal
 import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -40,6 +39,7 @@ from lynx_testing.judge import Tally
 from lynx_testing.streaming import sse_events
 from pd_judging import judge_answers, judge_seeded
 from pd_suites import fault_bodies, mixed_load, request_body
+from server_state import lynx_state, wait_lynx_state
 
 pytestmark = pytest.mark.server
 
@@ -55,17 +55,8 @@ def _room() -> int:
     return secrets.randbelow(2**62) + 1
 
 
-def _lynx_state(server) -> dict:
-    return server.get_json("/server_info")["internal_states"][0]["lynx"]
-
-
 def _wait_state(server, ready, wait_s: float = 60.0) -> dict:
-    deadline = time.monotonic() + wait_s
-    state = _lynx_state(server)
-    while not ready(state) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        state = _lynx_state(server)
-    return state
+    return wait_lynx_state(server, ready, wait_s, poll_s=0.2)
 
 
 def _receiving(state: dict) -> bool:
@@ -135,7 +126,7 @@ def slow_pd(model_path, server_logs, secret_file, int8):
     with PDDeployment(
         model_path, lynx_args, extra_args=CPU_MODEL_ARGS, max_total_tokens=POOL_TOKENS, log_dir=server_logs / "pd-slow"
     ) as pd:
-        pd.free_slots = _lynx_state(pd.decode)["kv_free_slots"]
+        pd.free_slots = lynx_state(pd.decode)["kv_free_slots"]
         yield pd
 
 
@@ -192,7 +183,7 @@ def test_a_stalled_link_fails_the_request_after_the_timeout_and_both_keep_servin
 
 
 def test_peers_without_the_secret_cannot_get_a_byte_in_and_the_transfer_is_exact(slow_pd, reference, int8):
-    state = _lynx_state(slow_pd.decode)
+    state = lynx_state(slow_pd.decode)
     endpoint, dropped = state["data_endpoint"], state["dropped_messages"]
     refused = []
 
@@ -207,7 +198,7 @@ def test_peers_without_the_secret_cannot_get_a_byte_in_and_the_transfer_is_exact
     _, decode = slow_pd.generate_direct(reference["body"], _room(), after_prefill=attack)
     assert refused == [True, False], "both peers must be refused at the handshake"
     _assert_exact_and_drafted(decode, int8, LONG, "secret-less peers")
-    assert _lynx_state(slow_pd.decode)["dropped_messages"] == dropped, "nothing of theirs reached Lynx"
+    assert lynx_state(slow_pd.decode)["dropped_messages"] == dropped, "nothing of theirs reached Lynx"
 
 
 def test_a_cached_prefix_streams_with_the_forward_and_a_prompt_sent_again_still_gets_its_kv(
@@ -219,10 +210,10 @@ def test_a_cached_prefix_streams_with_the_forward_and_a_prompt_sent_again_still_
     KV is sent after the forward. Both answers are equal and the decode server leaks nothing."""
     answers = []
     for _ in range(2):
-        before = _lynx_state(slow_pd.prefill)["segments_sent"]
+        before = lynx_state(slow_pd.prefill)["segments_sent"]
         _, decode = slow_pd.generate_direct(bodies[LONGER], _room())
         assert isinstance(decode, dict), decode
-        after = _lynx_state(slow_pd.prefill)["segments_sent"]
+        after = lynx_state(slow_pd.prefill)["segments_sent"]
         answers.append((decode, {kind: after[kind] - before[kind] for kind in after}))
     (first_answer, first), (again_answer, again) = answers
     assert first["while_computed"] >= 1 and first["after_forward"] == 0, first
@@ -361,7 +352,7 @@ def test_killing_prefill_while_it_computes_the_prompt_fails_the_request_and_deco
     prompt when it dies. A 2k-token prompt's forward takes seconds here, and its first layers'
     KV leaves while it runs, so the room is caught reserved or already receiving."""
     pd = _serving_prefill(kill_pd, model_path, server_logs)
-    free = _lynx_state(pd.decode)["kv_free_slots"]
+    free = lynx_state(pd.decode)["kv_free_slots"]
     answers = {}
     request = threading.Thread(target=lambda: answers.update(zip(("prefill", "decode"),
                                                                  pd.generate_direct(_body(tokenizer, 2048), _room()))))
@@ -381,7 +372,7 @@ def test_killing_prefill_while_the_anchor_is_on_the_wire_fails_the_request_and_d
     kill_pd, model_path, server_logs, tokenizer
 ):
     pd = _serving_prefill(kill_pd, model_path, server_logs)
-    free = _lynx_state(pd.decode)["kv_free_slots"]
+    free = lynx_state(pd.decode)["kv_free_slots"]
     seen = {}
 
     def kill_during_transfer():
@@ -403,7 +394,7 @@ def test_lynx_request_whose_residual_never_arrives_fails_without_unverified_toke
     still on the wire. The client must have received only the exact first token, then an
     error, and the decode server must free every slot and keep serving."""
     pd = _serving_prefill(kill_pd, model_path, server_logs)
-    free = _lynx_state(pd.decode)["kv_free_slots"]
+    free = lynx_state(pd.decode)["kv_free_slots"]
     fields = {"bootstrap_host": "127.0.0.1", "bootstrap_port": pd.bootstrap_port, "bootstrap_room": _room()}
     body = {**_body(tokenizer, 1024, max_new_tokens=64), **fields}
     prefill = threading.Thread(target=_post_quietly, args=(f"{pd.prefill.url}/generate", body))

@@ -33,6 +33,7 @@ from lynx_testing.streaming import abandon
 from pd_judging import ContinuationServers, annotate, judge_answers, judge_seeded
 from pd_scenarios import INT8_LOOPBACK, TOP_LOGPROBS
 from pd_suites import mixed_load, request_body
+from server_state import lynx_state, wait_lynx_state
 
 pytestmark = [pytest.mark.server, pytest.mark.extended]
 
@@ -55,17 +56,8 @@ def secret_file(server_logs):
     return path
 
 
-def _state(server: SGLangServer) -> dict:
-    return server.get_json("/server_info")["internal_states"][0]["lynx"]
-
-
 def _wait(server: SGLangServer, ready, wait_s: float = 120.0) -> dict:
-    deadline = time.monotonic() + wait_s
-    state = _state(server)
-    while not ready(state) and time.monotonic() < deadline:
-        time.sleep(0.5)
-        state = _state(server)
-    return state
+    return wait_lynx_state(server, ready, wait_s)
 
 
 def _usage(server: SGLangServer) -> tuple[float, int]:
@@ -81,7 +73,7 @@ def _soak(mode: str, model_path, tokenizer, secret_file, log_dir) -> dict:
     bodies = [{**b, **logprobs} for b in mixed_load(tokenizer, SOAK_REQUESTS)]
     args = ["--lynx-mode", mode, "--lynx-link-gbps", "0.2", "--lynx-secret-file", str(secret_file)]
     with PDDeployment(model_path, args, extra_args=CPU_MODEL_ARGS, log_dir=log_dir / f"soak-{mode}") as pd:
-        free = _state(pd.decode)["kv_free_slots"]
+        free = lynx_state(pd.decode)["kv_free_slots"]
         before = {name: _usage(server) for name, server in (("prefill", pd.prefill), ("decode", pd.decode))}
         started = time.monotonic()
 

@@ -29,14 +29,13 @@ and the decode ranks' agreement over a real gloo group
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from lynx_testing.deploy import PDDeployment
 from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
 from pd_judging import ContinuationServers, annotate, assert_greedy_answers_equal
 from pd_scenarios import SLOW_LINK
 from pd_suites import request_body
+from server_state import lynx_state, wait_lynx_state
 
 pytestmark = pytest.mark.server
 
@@ -116,15 +115,14 @@ def run_pair(model_path, bodies, log_dir, secret_file, mode: str, prefill_tp: in
         info = pd.decode.get_json("/server_info")
         free_before = _free_slots(pd.decode)
         answers = [post_json(f"{pd.url}/generate", body) for body in bodies]
-        deadline = time.monotonic() + 30
-        while _free_slots(pd.decode) != free_before and time.monotonic() < deadline:
-            time.sleep(0.5)  # the last request's slots go back just after its answer
+        # the last request's slots go back just after its answer
+        wait_lynx_state(pd.decode, lambda s: s["kv_free_slots"] == free_before, 30)
         tp = (pd.prefill.get_json("/server_info")["tp_size"], info["tp_size"])
         return {"answers": answers, "tp": tp, "free": (free_before, _free_slots(pd.decode))}
 
 
 def _free_slots(server: SGLangServer) -> int:
-    return server.get_json("/server_info")["internal_states"][0]["lynx"]["kv_free_slots"]
+    return lynx_state(server)["kv_free_slots"]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Ports for test servers: picked where no other process takes them, and a taken one is replaced."""
+"""Ports for test servers: picked where no other process takes them, and a taken one is replaced.
+A server slot runs one server at a time."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import urllib.request
 import pytest
 
 from lynx_testing import launch
-from lynx_testing.launch import PORT_ATTEMPTS, PortTaken, SGLangServer, free_port
+from lynx_testing.launch import PORT_ATTEMPTS, PortTaken, SGLangServer, ServerSlot, free_port
 
 # A stand-in for launch_server: its first start on a port reports (as uvicorn does)
 # that the port was taken and then hangs; later starts serve /v1/models.
@@ -60,3 +61,37 @@ def test_a_port_taken_at_every_start_fails_fast_with_the_log(tmp_path):
         server.start().wait_ready(timeout=60)
     assert server.process is not None and server.process.poll() is None  # hung, as uvicorn does
     server.stop()
+
+
+class _Started:
+    """A stand-in server: `__enter__` starts it (or fails, as a server that never gets ready)."""
+
+    def __init__(self, name: str, log: list, ready: bool = True) -> None:
+        self.url, self._log, self._ready = f"http://{name}", log, ready
+
+    def __enter__(self):
+        self._log.append(("start", self.url))
+        if not self._ready:
+            raise launch.ServerStartError("not ready")
+        return self
+
+    def stop(self) -> None:
+        self._log.append(("stop", self.url))
+
+
+def test_a_server_slot_keeps_one_server_per_key_and_stops_the_last_on_close():
+    log = []
+    with ServerSlot() as slot:
+        assert slot.serve("a", lambda: _Started("a", log)) == "http://a"
+        assert slot.serve("a", lambda: _Started("a-again", log)) == "http://a"  # still running: not restarted
+        assert slot.serve("b", lambda: _Started("b", log)) == "http://b"
+    assert log == [("start", "http://a"), ("stop", "http://a"), ("start", "http://b"), ("stop", "http://b")]
+
+
+def test_a_server_slot_tries_again_after_a_server_that_never_got_ready():
+    log, slot = [], ServerSlot()
+    with pytest.raises(launch.ServerStartError):
+        slot.serve("a", lambda: _Started("a", log, ready=False))
+    assert slot.serve("a", lambda: _Started("a2", log)) == "http://a2"
+    slot.close()
+    assert log == [("start", "http://a"), ("start", "http://a2"), ("stop", "http://a2")]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 
 from lynx_testing.judge import Generate, Tally, answer_of, judge_pair, judge_sampled, request_continuation
-from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
+from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, ServerSlot, post_json
 
 REQUEST = "request"  # the key `annotate` adds to an answer: {"prompt_ids", "sampling_params"}
 
@@ -36,34 +36,25 @@ def annotate(answer, body: dict, encode: Callable[[str], list[int]]) -> None:
         reply[REQUEST] = {"prompt_ids": ids, "sampling_params": params}
 
 
-class ContinuationServers:
+class ContinuationServers(ServerSlot):
     """Single servers that continue a reference deployment's answers, one running at a time.
 
     `url(args)` starts ``--lynx *args`` (stopping any other) the first time it is asked for.
     """
 
     def __init__(self, model_path, log_dir, server_args: Sequence[str] = CPU_MODEL_ARGS) -> None:
+        super().__init__()
         self._model_path, self._log_dir, self._server_args = model_path, log_dir, tuple(server_args)
-        self._running: tuple[tuple[str, ...], SGLangServer] | None = None
-        self.started: list[tuple[str, ...]] = []
 
     def url(self, args: Sequence[str]) -> str:
         args = tuple(args)
-        if self._running is not None and self._running[0] != args:
-            self.close()
-        if self._running is None:
-            name = "-".join(args).replace("--", "").replace("+", "") or "plain"
-            server = SGLangServer(self._model_path, ["--lynx", *args, *self._server_args],
-                                  log_path=self._log_dir / f"continuation-{name}.log")  # fmt: skip
-            server.start().wait_ready()
-            self._running = (args, server)
-            self.started.append(args)
-        return self._running[1].url
 
-    def close(self) -> None:
-        if self._running is not None:
-            self._running[1].stop()
-            self._running = None
+        def make() -> SGLangServer:
+            name = "-".join(args).replace("--", "").replace("+", "") or "plain"
+            return SGLangServer(self._model_path, ["--lynx", *args, *self._server_args],
+                                log_path=self._log_dir / f"continuation-{name}.log")  # fmt: skip
+
+        return self.serve(args, make)
 
 
 def continuation_of(reference: dict, url: Callable[[], str]) -> Generate | None:

@@ -17,7 +17,6 @@ import os
 import secrets
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
@@ -28,6 +27,7 @@ from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
 from lynx_testing.netns import INSIDE_ENV, run_isolated
 from lynx_testing.streaming import sse_events
 from pd_judging import ContinuationServers, annotate
+from server_state import lynx_state, wait_lynx_state
 from pd_suites import MAX_TOKENS
 from request_types import CHAT_ROOM
 
@@ -168,19 +168,6 @@ class Run:
     decode_metrics: str = ""  # the decode server's Prometheus text (with --enable-metrics)
 
 
-def _state(server: SGLangServer) -> dict:
-    return server.get_json("/server_info")["internal_states"][0]["lynx"]
-
-
-def _settled(server: SGLangServer, like: dict, wait_s: float = 30.0) -> dict:
-    deadline = time.monotonic() + wait_s
-    state = _state(server)
-    while state["kv_free_slots"] != like["kv_free_slots"] and time.monotonic() < deadline:
-        time.sleep(0.5)
-        state = _state(server)
-    return state
-
-
 class LazyRuns:
     """Deployment name -> `Run`, each deployment started the first time a test needs it; every answer
     annotated with its request (`pd_judging.annotate`). `continuation(name)` gives the URL of a
@@ -248,11 +235,12 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
     with PDDeployment(model_path, args, extra_args=CPU_MODEL_ARGS, log_dir=log_dir / dep.name) as pd:
         if radix:
             pd.decode.flush_cache()  # the tree keeps cached KV (warm-up's too): count slots without it
-        run.free_before = _state(pd.decode)
+        run.free_before = lynx_state(pd.decode)
         _ask_all(dep, suites, pd.url, bodies, run, pd)
         if radix:
             pd.decode.flush_cache()
-        run.free_after = _settled(pd.decode, run.free_before)
+        free = run.free_before["kv_free_slots"]
+        run.free_after = wait_lynx_state(pd.decode, lambda s: s["kv_free_slots"] == free, 30.0)
         if "--enable-metrics" in dep.lynx_args:
             with urllib.request.urlopen(f"{pd.decode.url}/metrics", timeout=30) as resp:
                 run.decode_metrics = resp.read().decode()

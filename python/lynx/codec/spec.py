@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lynx.checks import is_int
 from lynx.codec import layout
 
 SCALE_DTYPES = ("float16", "bfloat16")
@@ -53,17 +54,17 @@ class CodecSpec:
         if not bits:
             raise ValueError("stage_bits must name at least one stage (the anchor)")
         for width in bits:
-            if not _is_int(width) or width < 1:
+            if not is_int(width) or width < 1:
                 raise ValueError(f"every stage width must be an int >= 1, got stage_bits={bits}")
         if sum(bits) > MAX_TOTAL_BITS:
             raise ValueError(f"total bits {sum(bits)} of stage_bits={bits} exceed {MAX_TOTAL_BITS}")
         for name in ("key_group_tokens", "value_group_channels"):
             size = getattr(self, name)
-            if not _is_int(size) or size < 1:
+            if not is_int(size) or size < 1:
                 raise ValueError(f"{name} must be a positive int, got {size!r}")
         if self.scale_dtype not in SCALE_DTYPES:
             raise ValueError(f"scale_dtype must be one of {SCALE_DTYPES}, got {self.scale_dtype!r}")
-        if not _is_int(self.sink_tokens) or self.sink_tokens < 0:
+        if not is_int(self.sink_tokens) or self.sink_tokens < 0:
             raise ValueError(f"sink_tokens must be an int >= 0, got {self.sink_tokens!r}")
         if not isinstance(self.raw_residual, bool):
             raise ValueError(f"raw_residual must be a bool, got {self.raw_residual!r}")
@@ -140,10 +141,6 @@ class CodecSpec:
         bytes (anchor only) plus ``T - sink_tokens`` times this.
         """
         return layout.bytes_per_token(self, kv_heads, head_dim, dtype)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _presets() -> tuple[tuple[str, dict], ...]:

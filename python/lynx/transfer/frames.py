@@ -15,6 +15,7 @@ import hmac
 import struct
 from dataclasses import dataclass
 
+from lynx.checks import is_int
 from lynx.transfer.keys import root_key
 
 FRAME_VERSION = 2
@@ -57,7 +58,7 @@ class DuplicateFrame(FrameError):
 
 def check_stream(stream: int) -> None:
     """Raise ValueError unless ``stream`` is a codec stage (0..15) or ``AUX_STREAM``."""
-    if not _is_int(stream) or not (0 <= stream < MAX_STAGE_STREAMS or stream == AUX_STREAM):
+    if not is_int(stream) or not (0 <= stream < MAX_STAGE_STREAMS or stream == AUX_STREAM):
         raise ValueError(
             f"stream must be a stage in 0..{MAX_STAGE_STREAMS - 1} or AUX_STREAM={AUX_STREAM}, got {stream!r}"
         )
@@ -113,7 +114,7 @@ class FrameHeader:
             ("version", 255),
         ):
             value = getattr(self, name)
-            if not _is_int(value) or not 0 <= value <= top:
+            if not is_int(value) or not 0 <= value <= top:
                 raise ValueError(f"{name} must be an int in 0..{top}, got {value!r}")
         if self.num_chunks < 1:
             raise ValueError("num_chunks must be >= 1 (an empty stream still has one chunk)")
@@ -253,7 +254,3 @@ def _frame_mac(key: bytes, fields: bytes, payload: bytes | memoryview) -> bytes:
     digest = hashlib.blake2b(fields, digest_size=MAC_BYTES, key=root_key(key), person=_FRAME_PERSON)
     digest.update(payload)
     return digest.digest()
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
