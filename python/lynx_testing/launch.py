@@ -40,6 +40,9 @@ EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 PORT_ATTEMPTS = 3  # a server whose port another process bound first restarts on a fresh one
 # asyncio's message when a server cannot bind; uvicorn then hangs in shutdown instead of exiting.
 BIND_FAILED = re.compile(r"error while attempting to bind on address \('[^']*', (\d+)\)")
+# A scheduler that could not listen on its torch.distributed port (SGLang picks it free at launch and
+# binds it later, so another process can take it meanwhile): the server exits.
+DIST_PORT_TAKEN = re.compile(r"DistNetworkError: The server socket has failed to listen.*EADDRINUSE")
 
 
 def free_port() -> int:
@@ -148,13 +151,20 @@ class SGLangServer:
     def wait_ready(self, timeout: float = 300.0) -> SGLangServer:
         """Block until the server answers `/v1/models`; raise ServerStartError otherwise.
 
-        A server that could not bind its HTTP port (another process took it after it was
-        picked) is restarted on a fresh port, up to PORT_ATTEMPTS starts in all.
+        A server that could not bind its HTTP port or its scheduler's torch.distributed port
+        (another process took it after it was picked) is restarted on fresh ports, up to
+        PORT_ATTEMPTS starts in all.
         """
         deadline = time.monotonic() + timeout
         starts = 1
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
+                if self.process is not None and starts < PORT_ATTEMPTS and self._log_search(DIST_PORT_TAKEN):
+                    self.stop()
+                    self._use_port(free_port())
+                    self.start()
+                    starts += 1
+                    continue
                 raise ServerStartError(f"server exited during start-up\n{self.log_tail()}")
             taken = self._port_taken()
             if taken is not None:
@@ -171,14 +181,18 @@ class SGLangServer:
         raise ServerStartError(f"server not ready after {timeout:.0f}s\n{self.log_tail()}")
 
     def _port_taken(self) -> int | None:
-        """The port this start failed to bind, from its log; None if it has not failed so."""
+        """The HTTP port this start failed to bind, from its log; None if it has not failed so."""
+        match = self._log_search(BIND_FAILED)
+        return int(match.group(1)) if match else None
+
+    def _log_search(self, pattern: re.Pattern) -> re.Match | None:
+        """`pattern` in what this start wrote to the log."""
         try:
             with open(self.log_path, "rb") as log:
                 log.seek(self._log_start)
-                match = BIND_FAILED.search(log.read().decode(errors="replace"))
+                return pattern.search(log.read().decode(errors="replace"))
         except OSError:
             return None
-        return int(match.group(1)) if match else None
 
     def get_json(self, path: str, quiet: bool = False):
         try:

@@ -26,12 +26,13 @@ from request_types import CHAT_ROOM, NAMES, PERSON_SCHEMA
 pytestmark = pytest.mark.server
 
 # The verify pass adds the same numbers in another order than step-by-step decoding, which moves
-# the logits; a sampled request's logprobs are of the logits divided by its temperature, so its
-# differences are compared times the temperature (on the logits' scale). Measured on this 2-core CPU
-# (`test_logprobs_..._drift_less_than_the_tolerance`): over 471-501 logprobs of the tokens lynx and
-# int8 share, the largest difference 0.013-0.019 on the logits' scale (0.016-0.023 nats as reported:
-# a top logprob of the seeded sample at temperature 0.8), the mean 0.0015.
-LOGPROB_TOLERANCE = 0.02
+# the logits (a last-bit difference can round a bf16 KV value the other way); a sampled request's
+# logprobs are of the logits divided by its temperature, so its differences are compared times the
+# temperature (on the logits' scale). Measured on this 2-core CPU
+# (`test_logprobs_..._drift_less_than_the_tolerance`, 471-501 logprobs of the tokens lynx and int8
+# share per run): the largest difference 0.013, 0.0185 and 0.0214 in three runs (the last a
+# token-id logprob of -22.3), the mean 0.0015. The tolerance is twice the largest measured.
+LOGPROB_TOLERANCE = 0.04
 SAMPLED = {"sampled-seed-logprobs"}
 # max_new_tokens 0: no token to draft (the prefill answers the prompt logprobs alone).
 NO_OUTPUT = {"prompt-logprobs-no-output", "select-batch"}

@@ -55,6 +55,36 @@ def test_a_server_whose_port_was_taken_restarts_on_a_fresh_one(tmp_path):
     assert (tmp_path / "server.log").read_text().count("error while attempting to bind") == 1
 
 
+# A stand-in whose first start exits as a scheduler does when its torch.distributed port was taken.
+DIST_TAKEN_SERVER = r"""
+import http.server, pathlib, sys
+port = int(sys.argv[sys.argv.index("--port") + 1])
+marks = pathlib.Path(sys.argv[sys.argv.index("--marks") + 1])
+if not marks.exists():
+    marks.write_text("1")
+    print("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+          "address. port: 28768, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    sys.exit(1)
+class Models(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b'{"data": []}')
+http.server.HTTPServer(("127.0.0.1", port), Models).serve_forever()
+"""
+
+
+def test_a_server_whose_distributed_port_was_taken_starts_again_on_fresh_ports(tmp_path):
+    server = SGLangServer(tmp_path, log_path=tmp_path / "server.log")
+    port_at = server.command.index("--port")
+    server.command = [sys.executable, "-c", DIST_TAKEN_SERVER, *server.command[port_at : port_at + 2],
+                      "--marks", str(tmp_path / "marks")]  # fmt: skip
+    first = server.port
+    with server:
+        assert server.port != first
+        with urllib.request.urlopen(f"{server.url}/v1/models", timeout=5) as resp:
+            assert resp.status == 200
+    assert (tmp_path / "server.log").read_text().count("EADDRINUSE") == 1
+
+
 def test_a_port_taken_at_every_start_fails_fast_with_the_log(tmp_path):
     server = _fake(tmp_path, taken_starts=PORT_ATTEMPTS)
     with pytest.raises(PortTaken, match="was taken by another process"):
