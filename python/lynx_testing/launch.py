@@ -160,25 +160,27 @@ class SGLangServer:
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 if self.process is not None and starts < PORT_ATTEMPTS and self._log_search(DIST_PORT_TAKEN):
-                    self.stop()
-                    self._use_port(free_port())
-                    self.start()
-                    starts += 1
+                    starts = self._start_again(starts)
                     continue
                 raise ServerStartError(f"server exited during start-up\n{self.log_tail()}")
             taken = self._port_taken()
             if taken is not None:
                 if taken != self.port or starts == PORT_ATTEMPTS:
                     raise PortTaken(f"port {taken} was taken by another process\n{self.log_tail()}")
-                self.stop()
-                self._use_port(free_port())
-                self.start()
-                starts += 1
+                starts = self._start_again(starts)
                 continue
             if self.get_json("/v1/models", quiet=True) is not None:
                 return self
             time.sleep(1.0)
         raise ServerStartError(f"server not ready after {timeout:.0f}s\n{self.log_tail()}")
+
+    def _start_again(self, starts: int) -> int:
+        """Stop this start and start again on a fresh HTTP port (SGLang picks its other ports anew);
+        the count of starts so far."""
+        self.stop()
+        self._use_port(free_port())
+        self.start()
+        return starts + 1
 
     def _port_taken(self) -> int | None:
         """The HTTP port this start failed to bind, from its log; None if it has not failed so."""

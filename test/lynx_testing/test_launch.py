@@ -11,18 +11,24 @@ import pytest
 from lynx_testing import launch
 from lynx_testing.launch import PORT_ATTEMPTS, PortTaken, SGLangServer, ServerSlot, free_port
 
-# A stand-in for launch_server: its first start on a port reports (as uvicorn does)
-# that the port was taken and then hangs; later starts serve /v1/models.
+# A stand-in for launch_server: its first `--faulty-starts` starts fail as `--fault` says, then it
+# serves /v1/models. ``http``: it reports (as uvicorn does) that its HTTP port was taken and hangs;
+# ``dist``: it exits as a scheduler does whose torch.distributed port was taken.
 FAKE_SERVER = r"""
 import http.server, pathlib, sys, time
-port = int(sys.argv[sys.argv.index("--port") + 1])
-marks = pathlib.Path(sys.argv[sys.argv.index("--marks") + 1])
-taken = int(marks.read_text() or 0) if marks.exists() else 0
-if taken < int(sys.argv[sys.argv.index("--taken-starts") + 1]):
-    marks.write_text(str(taken + 1))
-    print(f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
-          "address already in use", flush=True)
-    time.sleep(600)
+def arg(name):
+    return sys.argv[sys.argv.index(name) + 1]
+port, marks, fault = int(arg("--port")), pathlib.Path(arg("--marks")), arg("--fault")
+faulty = int(marks.read_text() or 0) if marks.exists() else 0
+if faulty < int(arg("--faulty-starts")):
+    marks.write_text(str(faulty + 1))
+    if fault == "http":
+        print(f"ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
+              "address already in use", flush=True)
+        time.sleep(600)
+    print("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+          "address. port: 28768, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    sys.exit(1)
 class Models(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers(); self.wfile.write(b'{"data": []}')
@@ -37,56 +43,30 @@ def test_free_ports_are_below_the_ephemeral_range_bindable_and_never_handed_out_
     assert all(1024 <= p < low for p in ports) or low <= 2048
 
 
-def _fake(tmp_path, taken_starts: int) -> SGLangServer:
+def _fake(tmp_path, faulty_starts: int, fault: str = "http") -> SGLangServer:
     server = SGLangServer(tmp_path, log_path=tmp_path / "server.log")
     port_at = server.command.index("--port")
     server.command = [sys.executable, "-c", FAKE_SERVER, *server.command[port_at : port_at + 2],
-                      "--marks", str(tmp_path / "marks"), "--taken-starts", str(taken_starts)]  # fmt: skip
+                      "--marks", str(tmp_path / "marks"), "--faulty-starts", str(faulty_starts),
+                      "--fault", fault]  # fmt: skip
     return server
 
 
-def test_a_server_whose_port_was_taken_restarts_on_a_fresh_one(tmp_path):
-    server = _fake(tmp_path, taken_starts=1)
+@pytest.mark.parametrize(
+    "fault,logged", [("http", "error while attempting to bind"), ("dist", "EADDRINUSE")], ids=["http", "distributed"]
+)
+def test_a_server_whose_port_was_taken_starts_again_on_fresh_ports(tmp_path, fault, logged):
+    server = _fake(tmp_path, faulty_starts=1, fault=fault)
     first = server.port
     with server:
         assert server.port != first
         with urllib.request.urlopen(f"{server.url}/v1/models", timeout=5) as resp:
             assert resp.status == 200
-    assert (tmp_path / "server.log").read_text().count("error while attempting to bind") == 1
-
-
-# A stand-in whose first start exits as a scheduler does when its torch.distributed port was taken.
-DIST_TAKEN_SERVER = r"""
-import http.server, pathlib, sys
-port = int(sys.argv[sys.argv.index("--port") + 1])
-marks = pathlib.Path(sys.argv[sys.argv.index("--marks") + 1])
-if not marks.exists():
-    marks.write_text("1")
-    print("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
-          "address. port: 28768, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
-    sys.exit(1)
-class Models(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200); self.end_headers(); self.wfile.write(b'{"data": []}')
-http.server.HTTPServer(("127.0.0.1", port), Models).serve_forever()
-"""
-
-
-def test_a_server_whose_distributed_port_was_taken_starts_again_on_fresh_ports(tmp_path):
-    server = SGLangServer(tmp_path, log_path=tmp_path / "server.log")
-    port_at = server.command.index("--port")
-    server.command = [sys.executable, "-c", DIST_TAKEN_SERVER, *server.command[port_at : port_at + 2],
-                      "--marks", str(tmp_path / "marks")]  # fmt: skip
-    first = server.port
-    with server:
-        assert server.port != first
-        with urllib.request.urlopen(f"{server.url}/v1/models", timeout=5) as resp:
-            assert resp.status == 200
-    assert (tmp_path / "server.log").read_text().count("EADDRINUSE") == 1
+    assert (tmp_path / "server.log").read_text().count(logged) == 1
 
 
 def test_a_port_taken_at_every_start_fails_fast_with_the_log(tmp_path):
-    server = _fake(tmp_path, taken_starts=PORT_ATTEMPTS)
+    server = _fake(tmp_path, faulty_starts=PORT_ATTEMPTS)
     with pytest.raises(PortTaken, match="was taken by another process"):
         server.start().wait_ready(timeout=60)
     assert server.process is not None and server.process.poll() is None  # hung, as uvicorn does
