@@ -84,7 +84,7 @@ def cpu_seconds(pid: int | None = None) -> float:
 
 def make_listener(variant: str, max_payload: int):
     if variant.startswith("mooncake"):
-        from lynx.transfer.mooncake_transport import MooncakeListener
+        from lynx.transfer.mooncake.transport import MooncakeListener
 
         return MooncakeListener(KEY, slots=16, slot_bytes=max_payload, slots_per_peer=8, copy=variant == "mooncake")
     listener_class = ZeroCopyZmqListener if variant == "zmq-zc" else ZmqListener
@@ -94,7 +94,7 @@ def make_listener(variant: str, max_payload: int):
 
 def make_transport(variant: str, max_payload: int):
     if variant.startswith("mooncake"):
-        from lynx.transfer.mooncake_transport import MooncakeTransport
+        from lynx.transfer.mooncake.transport import MooncakeTransport
 
         return MooncakeTransport(KEY, send_timeout_s=60, staging_slots=8, staging_slot_bytes=max_payload)
     return ZmqTransport(send_timeout_s=60, curve=curve_keys(KEY) if variant == "zmq-curve" else None)
@@ -102,7 +102,7 @@ def make_transport(variant: str, max_payload: int):
 
 def serve_arena(size: int, results) -> None:
     """Receiver process of ``mooncake-engine``: a registered arena and nothing else."""
-    from lynx.transfer.mooncake_engine import MooncakeEngine
+    from lynx.transfer.mooncake.engine import MooncakeEngine
 
     engine = MooncakeEngine()
     arena = np.zeros(size, dtype=np.uint8)
@@ -117,7 +117,7 @@ class EnginePeer:
     DEPTH = 4
 
     def __init__(self, max_payload: int, context) -> None:
-        from lynx.transfer.mooncake_engine import MooncakeEngine
+        from lynx.transfer.mooncake.engine import MooncakeEngine
 
         self.variant, results = "mooncake-engine", context.Queue()
         self.process = context.Process(target=serve_arena, args=(self.DEPTH * max_payload, results), daemon=True)
@@ -128,7 +128,7 @@ class EnginePeer:
         self.address = self.engine.register(self.source)
 
     def run(self, room: int, data: bytes, mode: str, chunk_bytes: int, rate_gbps: float) -> dict:
-        from lynx.transfer.mooncake_engine import WriteStatus
+        from lynx.transfer.mooncake.engine import WriteStatus
 
         if mode != "raw" or rate_gbps:
             raise ValueError("mooncake-engine measures unpaced raw writes only")

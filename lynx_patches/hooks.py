@@ -7,7 +7,7 @@ from lynx_patches.selfcheck import Hook, LynxHookError, unresolved, verify
 
 def all_hooks() -> tuple[Hook, ...]:
     from lynx_patches import cli, loopback, metrics, observe, startup, stock
-    from lynx_patches.pd import layers, registry
+    from lynx_patches.pd import layer_hooks, registry
     from lynx_patches.speculate import hooks as speculate
 
     return (
@@ -17,7 +17,7 @@ def all_hooks() -> tuple[Hook, ...]:
         + loopback.HOOKS
         + metrics.HOOKS
         + registry.HOOKS
-        + layers.HOOKS
+        + layer_hooks.HOOKS
         + speculate.HOOKS
         + stock.HOOKS
     )

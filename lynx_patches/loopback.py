@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from lynx_patches import targets
-from lynx_patches.pd.pool import PoolView
+from lynx.pd.pool import PoolView
 from lynx_patches.selfcheck import Hook
 from lynx_patches.startup import current_config
 

@@ -97,7 +97,7 @@ class Request:
     def __init__(self, args: argparse.Namespace) -> None:
         from lynx.heads import HeadShard
 
-        from lynx_patches.pd.pool import PoolView
+        from lynx.pd.pool import PoolView
         from pd_fakes import AUX_LENS
 
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -137,7 +137,7 @@ class Request:
 
 def prefill_side(mode: str, request: Request, args: argparse.Namespace):
     """Lynx's prefill side over the GPU pool, its room claimed for a decode rank, its threads started."""
-    from lynx_patches.pd.prefill_side import PrefillSide
+    from lynx.pd.prefill_side import PrefillSide
     from pd_fakes import AUX_LENS, SECRET, PrefillHost, config, decode_registration, room_metadata
 
     host = PrefillHost()

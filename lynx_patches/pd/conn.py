@@ -19,7 +19,7 @@ from sglang.srt.disaggregation.common.conn import (
     KVTransferError,
 )
 
-from lynx_patches.pd.pool import page_slots
+from lynx.pd.pool import page_slots
 
 DUPLICATE = (
     "bootstrap_room {room} is already used by a live request on this server; "

@@ -27,7 +27,7 @@ from sglang.srt.disaggregation.common.conn import (
 )
 from sglang.srt.disaggregation.utils import DisaggregationMode
 
-from lynx_patches.pd.control import (
+from lynx.pd.control import (
     REGISTER_TAG,
     STATUS_TAG,
     ControlError,
@@ -35,7 +35,8 @@ from lynx_patches.pd.control import (
     RoomMetadata,
     open_sealed,
 )
-from lynx_patches.pd.pool import PoolView, head_shard, layout_refusal
+from lynx.pd.pool import PoolView
+from lynx_patches.pd.pool import head_shard, layout_refusal
 from lynx_patches.startup import lynx_config_of
 
 logger = logging.getLogger(__name__)
@@ -62,12 +63,12 @@ class LynxKVManager(CommonKVManager):
         super().__init__(args, disaggregation_mode, server_args, is_mla_backend)
         self.is_decode = disaggregation_mode == DisaggregationMode.DECODE
         if self.is_decode:
-            from lynx_patches.pd.decode_side import DecodeSide
+            from lynx.pd.decode_side import DecodeSide
 
             self.side = DecodeSide(config, self.key, _DecodeHost(self), bind_host(server_args.host, self.local_ip))
             self._start_heartbeat_checker_thread()
         else:
-            from lynx_patches.pd.prefill_side import PrefillSide
+            from lynx.pd.prefill_side import PrefillSide
 
             self.side = PrefillSide(config, self.key, _PrefillHost(self), self.local_ip)
         self.control = Supervisor(lambda name, error: None)

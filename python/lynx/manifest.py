@@ -22,7 +22,7 @@ from lynx.transfer import frames
 
 MANIFEST_TAG = b"LYNX_MANIFEST"
 MANIFEST_VERSION = 5
-# The decode rank's per-request metadata (`lynx_patches.pd.control.RoomMetadata`); 2 added its draft window.
+# The decode rank's per-request metadata (`lynx.pd.control.RoomMetadata`); 2 added its draft window.
 METADATA_VERSION = 2
 MAX_MANIFEST_BYTES = 4096
 MAX_MANIFEST_DEPTH = 2  # an object whose one list (stream_sizes) holds numbers

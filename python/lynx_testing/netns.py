@@ -4,7 +4,7 @@ Mooncake's transfer engine (0.3.13) listens on every interface whatever
 address it is given. Tests and benchmarks that start it run inside such a
 namespace, so its ports exist on an isolated loopback only:
 
-    python -m lynx_testing.netns -- python -m pytest test/lynx/transfer/test_mooncake_transport.py
+    python -m lynx_testing.netns -- python -m pytest test/lynx/transfer/test_transport.py
 
 The command re-executes itself under `unshare --net` (root, or unprivileged
 user namespaces), brings the namespace's `lo` up and then runs the command.

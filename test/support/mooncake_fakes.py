@@ -9,7 +9,7 @@ import itertools
 import threading
 
 import numpy as np
-from lynx.transfer.mooncake_engine import WriteStatus
+from lynx.transfer.mooncake.engine import WriteStatus
 
 _PORTS = itertools.count(20000)
 
@@ -41,7 +41,7 @@ class FakeEngine:
 
 def use_fake_engine(monkeypatch) -> None:
     """Make every Mooncake transport and listener built afterwards in this test use `FakeEngine`."""
-    from lynx.transfer import mooncake_listener, mooncake_transport
+    from lynx.transfer.mooncake import listener as mooncake_listener, transport as mooncake_transport
 
     monkeypatch.setattr(mooncake_transport, "MooncakeEngine", FakeEngine)
     monkeypatch.setattr(mooncake_listener, "MooncakeEngine", FakeEngine)

@@ -19,7 +19,7 @@ from lynx.transfer.frames import AUX_STREAM, FrameHeader, encode_frame
 from lynx.transfer.policy import chunk_spans
 from lynx.transfer.transport import Transport
 
-from lynx_patches.pd.pool import PoolView
+from lynx.pd.pool import PoolView
 
 LAYERS, HEADS, DIM, SLOTS = 2, 2, 64, 64
 SHARD = HeadShard(1, 0, HEADS, HEADS)  # what a TP 1 rank of these pools holds
@@ -122,7 +122,7 @@ def decode_registration(issued_ns=10, version=None, aux=AUX_LENS, heads=SHARD):
     """The registration of the decode rank `PEER_SESSION` (this wire version unless told)."""
     from lynx.manifest import wire_version
 
-    from lynx_patches.pd.control import DecodeRegistration
+    from lynx.pd.control import DecodeRegistration
 
     return DecodeRegistration(
         "127.0.0.1", 5000, PEER_SESSION, heads.tp_rank, heads.tp_size, aux, version or wire_version(), issued_ns, heads
@@ -131,7 +131,7 @@ def decode_registration(issued_ns=10, version=None, aux=AUX_LENS, heads=SHARD):
 
 def room_metadata(room=9, tokens=20, endpoint=PEER_ENDPOINT):
     """`PEER_SESSION`'s metadata of one room: `tokens` tokens to `endpoint`, under `PEER_NONCE`."""
-    from lynx_patches.pd.control import RoomMetadata
+    from lynx.pd.control import RoomMetadata
 
     return RoomMetadata(room, "127.0.0.1", 5000, PEER_SESSION, 1, False, 0, tokens, PEER_NONCE, endpoint)
 
@@ -139,7 +139,7 @@ def room_metadata(room=9, tokens=20, endpoint=PEER_ENDPOINT):
 def recording_prefill_side(clock=None, **options):
     """A `PrefillSide` over a `FakePool` whose sender hands every message to a `Recorder`
     (`side.transport`), and whose host is a `PrefillHost` (`side.host`); threads not started."""
-    from lynx_patches.pd.prefill_side import PrefillSide
+    from lynx.pd.prefill_side import PrefillSide
 
     host = PrefillHost()
     side = PrefillSide(config(**{"mode": "int8", **options}), SECRET, host, "127.0.0.1", **({"clock": clock} if clock else {}))

@@ -23,7 +23,7 @@ def make_listener(config: LynxConfig, secret: bytes, host: str) -> Listener:
     """The decode rank's data listener, bound to `host`; frames up to `config.chunk_bytes`."""
     largest = config.chunk_bytes + FRAME_OVERHEAD
     if config.transport == "mooncake":
-        from lynx.transfer.mooncake_listener import MooncakeListener
+        from lynx.transfer.mooncake.listener import MooncakeListener
 
         return MooncakeListener(
             secret, host, protocol=config.mooncake_protocol, device=config.mooncake_device, slot_bytes=largest
@@ -37,7 +37,7 @@ def make_listener(config: LynxConfig, secret: bytes, host: str) -> Listener:
 def make_transport(config: LynxConfig, secret: bytes, host: str) -> Transport:
     """The prefill rank's sending transport (advertising `host` where the transport needs to)."""
     if config.transport == "mooncake":
-        from lynx.transfer.mooncake_transport import MooncakeTransport
+        from lynx.transfer.mooncake.transport import MooncakeTransport
 
         return MooncakeTransport(
             secret,

@@ -14,7 +14,7 @@ import json
 import sys
 
 from lynx.transfer.frames import FrameError, decode_frame
-from lynx.transfer.mooncake_listener import MooncakeListener
+from lynx.transfer.mooncake.listener import MooncakeListener
 from lynx.transfer.reassembly import RequestAssembly
 
 

@@ -1,4 +1,4 @@
-"""Segments a prefill forward completes leave layer by layer while it runs (`lynx_patches.pd.layers`)."""
+"""Segments a prefill forward completes leave layer by layer while it runs (`lynx.pd.layers`, `lynx_patches.pd.layer_hooks`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from lynx.transfer.frames import AUX_STREAM, HEADER_BYTES, HEADER_STRUCT, alive_room
 from pd_fakes import AUX_LENS, LAYERS, decode_registration, recording_prefill_side, room_metadata, wait_for
 
-from lynx_patches.pd.layers import ForwardLayers, streams_layers_of
+from lynx.pd.layers import ForwardLayers
+from lynx_patches.pd.layer_hooks import streams_layers_of
 
 TOKENS = 20
 SLOTS = np.arange(10, 10 + TOKENS)
@@ -217,7 +218,7 @@ def test_the_chunk_each_lynx_request_computes_is_read_past_the_decode_servers_pr
     from types import SimpleNamespace
 
     from lynx_patches.pd.conn import LynxKVSender
-    from lynx_patches.pd.layers import computed_chunks
+    from lynx_patches.pd.layer_hooks import computed_chunks
 
     req_to_token = torch.arange(5 * 100).view(5, 100)
 
@@ -242,7 +243,7 @@ def test_a_chunk_the_radix_cache_may_swap_to_cached_slots_does_not_stream():
     already holds and frees its own: the match stopped at its cap (the prompt's last token, or
     prompt logprobs from the start) where the tree may hold more, or an earlier request of the
     batch (inserted first) computes the same tokens past the request's prefix."""
-    from lynx_patches.pd.layers import may_be_deduplicated
+    from lynx_patches.pd.layer_hooks import may_be_deduplicated
 
     prompt = np.arange(100, 164)
     assert not may_be_deduplicated(prompt, 0, 63, [], 1)  # a new prompt
@@ -265,7 +266,7 @@ def test_only_the_later_of_two_equal_requests_in_a_batch_is_left_out():
     from types import SimpleNamespace
 
     from lynx_patches.pd.conn import LynxKVSender
-    from lynx_patches.pd.layers import computed_chunks
+    from lynx_patches.pd.layer_hooks import computed_chunks
 
     def req(room, row, tokens):
         return SimpleNamespace(disagg_kv_sender=object.__new__(LynxKVSender), kv=SimpleNamespace(req_pool_idx=row),

@@ -3,7 +3,7 @@
 import pytest
 from pd_fakes import SECRET, DecodeHost, config
 
-from lynx_patches.pd.decode_side import DecodeSide
+from lynx.pd.decode_side import DecodeSide
 from lynx_patches.pd.manager import bind_host
 
 LOCAL_IP = "10.0.0.7"

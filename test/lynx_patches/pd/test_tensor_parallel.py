@@ -17,9 +17,9 @@ from lynx.heads import HeadShard, transfer_room
 from lynx.manifest import wire_version
 from lynx.transfer.frames import AUX_STREAM, HEADER_STRUCT
 from lynx.transfer.rooms import RoomState
-from lynx_patches.pd.control import ControlError, DecodeRegistration, RoomMetadata
-from lynx_patches.pd.decode_side import DecodeSide
-from lynx_patches.pd.prefill_side import PrefillSide
+from lynx.pd.control import ControlError, DecodeRegistration, RoomMetadata
+from lynx.pd.decode_side import DecodeSide
+from lynx.pd.prefill_side import PrefillSide
 
 ROOM, TOKENS, SLOTS, REAL_HEADS = 77, 150, 400, 3
 SRC, DST = np.arange(0, TOKENS), np.arange(200, 200 + TOKENS)

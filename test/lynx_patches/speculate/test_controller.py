@@ -19,7 +19,7 @@ from lynx.request_lifecycle import Phase
 from lynx.transfer.keys import transfer_key
 from pd_fakes import SECRET, DecodeHost, FakePool, LockstepGroup, config, run_ranks, transfer_messages
 
-from lynx_patches.pd.decode_side import DecodeSide
+from lynx.pd.decode_side import DecodeSide
 from lynx_patches.speculate import commit
 from lynx_patches.speculate import controller as controller_module
 from lynx_patches.speculate import hooks

@@ -12,8 +12,8 @@ import pytest
 from mooncake_fakes import use_fake_engine
 from pd_fakes import wait_for
 
-from lynx.transfer.mooncake_control import MooncakeEndpoint
-from lynx.transfer.mooncake_transport import MooncakeListener, MooncakeTransport
+from lynx.transfer.mooncake.control import MooncakeEndpoint
+from lynx.transfer.mooncake.transport import MooncakeListener, MooncakeTransport
 
 KEY = b"in-process-mooncake-secret-0123"
 BIG = b"x" * 10_000  # goes through the arena (over INLINE_MAX)
@@ -125,7 +125,7 @@ def test_a_link_idle_for_long_is_closed_and_a_later_send_opens_a_new_one(fake_en
 def test_a_sender_of_another_control_version_is_told_why_it_is_refused(fake_engine):
     import zmq
 
-    from lynx.transfer.mooncake_control import Reset, decode
+    from lynx.transfer.mooncake.control import Reset, decode
 
     with MooncakeListener(b"") as listener:
         drain = Drain(listener)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import zmq
 
-from lynx.transfer.mooncake_control import (
+from lynx.transfer.mooncake.control import (
     NO_SLOT,
     NONCE_BYTES,
     Auth,
@@ -40,10 +40,10 @@ from lynx.transfer.mooncake_control import (
     decode,
     encode,
 )
-from lynx.transfer.mooncake_credits import SenderCredits
+from lynx.transfer.mooncake.credits import SenderCredits
 from lynx.transfer.keys import CurveKeys
-from lynx.transfer.mooncake_engine import MooncakeEngine, WriteStatus
-from lynx.transfer.mooncake_staging import Staging
+from lynx.transfer.mooncake.engine import MooncakeEngine, WriteStatus
+from lynx.transfer.mooncake.staging import Staging
 from lynx.transfer.transport import TransportError
 
 logger = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 The engine listens on every interface whatever address it is given, so these
 tests run only inside a private network namespace that has nothing but
-loopback: `test_mooncake_isolated.py` runs this module there.
+loopback: `test_isolated.py` runs this module there.
 """
 
 import hashlib
@@ -22,12 +22,12 @@ import zmq
 from lynx_testing.netns import INSIDE_ENV  # noqa: E402
 
 if os.environ.get(INSIDE_ENV) != "1":
-    pytest.skip("runs inside a private network namespace (test_mooncake_isolated.py)", allow_module_level=True)
+    pytest.skip("runs inside a private network namespace (test_isolated.py)", allow_module_level=True)
 pytest.importorskip("mooncake.engine", reason="the mooncake extra (mooncake-transfer-engine-non-cuda) is not installed")
 
 from lynx.transfer.frames import AUX_STREAM, FrameAuthError, FrameHeader, decode_frame, encode_frame  # noqa: E402
 from lynx.transfer.keys import curve_keys  # noqa: E402
-from lynx.transfer.mooncake_control import (  # noqa: E402
+from lynx.transfer.mooncake.control import (  # noqa: E402
     NONCE_BYTES,
     Auth,
     Challenge,
@@ -39,12 +39,12 @@ from lynx.transfer.mooncake_control import (  # noqa: E402
     decode,
     encode,
 )
-from lynx.transfer.mooncake_engine import MooncakeEngine, WriteStatus  # noqa: E402
-from lynx.transfer.mooncake_transport import MooncakeListener, MooncakeTransport  # noqa: E402
+from lynx.transfer.mooncake.engine import MooncakeEngine, WriteStatus  # noqa: E402
+from lynx.transfer.mooncake.transport import MooncakeListener, MooncakeTransport  # noqa: E402
 from lynx.transfer.sender import PrioritySender  # noqa: E402
 from lynx.transfer.transport import TransportError  # noqa: E402
 
-RECEIVER = Path(__file__).with_name("mooncake_receiver_process.py")
+RECEIVER = Path(__file__).parent.with_name("mooncake_receiver_process.py")
 KEY = b"mooncake-test-secret"
 
 

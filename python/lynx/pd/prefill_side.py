@@ -33,17 +33,17 @@ from lynx.transfer.select import make_transport
 from lynx.transfer.sender import PrioritySender
 from lynx.transfer.supervise import Supervisor
 
-from lynx_patches.pd.control import (
+from lynx.pd.control import (
     ControlError,
     DecodeRegistration,
     RoomMetadata,
     check_data_endpoint,
 )
-from lynx_patches.pd.layers import DeviceMarks, ForwardLayers
-from lynx_patches.pd.pool import PoolView
-from lynx_patches.pd.prefill_encoder import EncoderHost, Job, PrefillEncoder, Streaming
-from lynx_patches.pd.segment_streams import Route
-from lynx_patches.pd.prefill_rooms import PrefillRooms
+from lynx.pd.layers import DeviceMarks, ForwardLayers
+from lynx.pd.pool import PoolView
+from lynx.pd.prefill_encoder import EncoderHost, Job, PrefillEncoder, Streaming
+from lynx.pd.segment_streams import Route
+from lynx.pd.prefill_rooms import PrefillRooms
 
 logger = logging.getLogger(__name__)
 

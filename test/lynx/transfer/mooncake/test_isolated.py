@@ -13,12 +13,12 @@ import pytest
 from lynx_testing.netns import run_isolated
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
+ROOT = HERE.parents[3]
 
 
 @pytest.mark.slow
 def test_the_mooncake_engine_tests_pass_in_a_private_network_namespace():
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "test_mooncake_transport.py")]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "test_transport.py")]
     result = run_isolated(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     print(result.stdout[-4000:])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

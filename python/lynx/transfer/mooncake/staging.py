@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from lynx.transfer.mooncake_engine import MooncakeEngine
+from lynx.transfer.mooncake.engine import MooncakeEngine
 from lynx.transfer.transport import TransportError
 
 

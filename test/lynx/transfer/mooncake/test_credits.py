@@ -1,7 +1,7 @@
 """The Mooncake listener's credit policy, without sockets or a clock."""
 
-from lynx.transfer.mooncake_control import Session
-from lynx.transfer.mooncake_credits import Credits, PeerState
+from lynx.transfer.mooncake.control import Session
+from lynx.transfer.mooncake.credits import Credits, PeerState
 
 SESSION = Session(b"k", b"s" * 16, b"l" * 16)
 
@@ -92,8 +92,8 @@ def test_idle_senders_slots_go_to_a_new_sender_and_come_back_when_they_want_agai
 
 
 def test_a_sender_gives_its_slots_back_once_idle_long_enough_and_asks_again_when_messages_wait():
-    from lynx.transfer.mooncake_control import Grant
-    from lynx.transfer.mooncake_credits import SenderCredits
+    from lynx.transfer.mooncake.control import Grant
+    from lynx.transfer.mooncake.credits import SenderCredits
 
     sender = SenderCredits(arena_slots=16, release_after_s=0.5)
     assert sender.accept(Grant(0, (3, 4))) is None

@@ -46,7 +46,7 @@ def check_data_endpoint(endpoint: str, host: str) -> None:
     whose engine session and control socket must both be on `host`.
     """
     if endpoint.startswith(MOONCAKE_SCHEME):
-        from lynx.transfer.mooncake_control import MooncakeEndpoint
+        from lynx.transfer.mooncake.control import MooncakeEndpoint
 
         try:
             parsed = MooncakeEndpoint.parse(endpoint)

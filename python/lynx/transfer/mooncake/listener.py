@@ -38,7 +38,7 @@ import numpy as np
 import zmq
 
 from lynx.transfer.keys import curve_keys
-from lynx.transfer.mooncake_control import (
+from lynx.transfer.mooncake.control import (
     CONTROL_VERSION,
     NO_SLOT,
     NONCE_BYTES,
@@ -59,8 +59,8 @@ from lynx.transfer.mooncake_control import (
     encode,
     is_inline,
 )
-from lynx.transfer.mooncake_credits import Credits, Peer, PeerState
-from lynx.transfer.mooncake_engine import MooncakeEngine
+from lynx.transfer.mooncake.credits import Credits, Peer, PeerState
+from lynx.transfer.mooncake.engine import MooncakeEngine
 from lynx.transfer.transport import Listener, TransportError
 from lynx.transfer.zmq_transport import ZapHandler
 
@@ -99,7 +99,7 @@ class MooncakeListener(Listener):
         port: control port (0: any free port).
         protocol, device: the engine's transport (``tcp``; ``rdma`` on clusters).
         slots, slot_bytes: the arena; a message's large parts (over
-            ``mooncake_control.INLINE_MAX`` bytes each) must fit one slot.
+            ``mooncake.control.INLINE_MAX`` bytes each) must fit one slot.
         slots_per_peer: credits one sender holds at most (its write pipeline depth).
         copy: the ownership rule of ``recv``'s parts. True (default): every
             part is ``bytes`` the caller owns; the slot is granted again

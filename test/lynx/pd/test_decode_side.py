@@ -18,7 +18,7 @@ from lynx.transfer.transport import TransportError
 from lynx.transfer.zmq_transport import ZmqTransport
 from pd_fakes import SECRET, DecodeHost, FakePool, config, transfer_messages, wait_for
 
-from lynx_patches.pd.decode_side import DecodeSide
+from lynx.pd.decode_side import DecodeSide
 
 ROOM = 4242
 SRC, DST = list(range(10, 30)), list(range(40, 60))
@@ -480,7 +480,7 @@ def test_alive_messages_keep_a_room_waiting_only_up_to_its_cap(lynx_side, clock)
 def test_a_captured_alive_message_replayed_does_not_keep_the_room_alive(lynx_side, clock, monkeypatch):
     from pd_fakes import recording_prefill_side
 
-    from lynx_patches.pd import prefill_side as prefill_module
+    from lynx.pd import prefill_side as prefill_module
 
     side, host, _ = lynx_side
     key = reserve(side)

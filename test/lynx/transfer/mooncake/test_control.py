@@ -2,7 +2,7 @@
 
 import pytest
 
-from lynx.transfer.mooncake_control import (
+from lynx.transfer.mooncake.control import (
     CONTROL_VERSION,
     INLINE_MAX,
     MAX_PARTS,

@@ -18,7 +18,7 @@ from lynx.heads import HeadSlice
 from lynx.kvwire import KVShape, WireFormat
 from lynx.transfer.chunking import frames_ready
 
-from lynx_patches.pd.control import RoomMetadata
+from lynx.pd.control import RoomMetadata
 
 
 class Route(NamedTuple):

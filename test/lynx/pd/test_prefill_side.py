@@ -16,10 +16,10 @@ from pd_fakes import decode_registration as registration
 from pd_fakes import recording_prefill_side
 from pd_fakes import room_metadata as metadata
 
-from lynx_patches.pd.control import ControlError
-from lynx_patches.pd.prefill_encoder import Job
-from lynx_patches.pd.prefill_rooms import STALE_METADATA_S
-from lynx_patches.pd.prefill_side import PURGE_EVERY_S
+from lynx.pd.control import ControlError
+from lynx.pd.prefill_encoder import Job
+from lynx.pd.prefill_rooms import STALE_METADATA_S
+from lynx.pd.prefill_side import PURGE_EVERY_S
 
 
 class Clock:

@@ -12,9 +12,9 @@ from lynx.manifest import wire_version
 from lynx.transfer.frames import AUX_STREAM, HEADER_STRUCT
 from lynx.transfer.rooms import RoomState
 from lynx.transfer.transport import Transport
-from lynx_patches.pd.control import DecodeRegistration, RoomMetadata
-from lynx_patches.pd.decode_side import DecodeSide
-from lynx_patches.pd.prefill_side import PrefillSide
+from lynx.pd.control import DecodeRegistration, RoomMetadata
+from lynx.pd.decode_side import DecodeSide
+from lynx.pd.prefill_side import PrefillSide
 
 ROOM, TOKENS = 77, 150
 SRC, DST = np.arange(0, TOKENS), np.arange(200, 200 + TOKENS)
@@ -200,7 +200,7 @@ def test_more_tokens_than_reserved_fail_the_room_on_both_sides(pair):
 
 def test_while_the_prefill_computes_its_decode_ranks_hear_it_is_alive_until_the_metadata(monkeypatch):
     from lynx.transfer.frames import ALIVE_TAG
-    from lynx_patches.pd import prefill_side
+    from lynx.pd import prefill_side
 
     monkeypatch.setattr(prefill_side, "ALIVE_EVERY_S", 0.05)
     pair = Pair(segment_tokens=64)

@@ -57,7 +57,7 @@ from lynx.transfer.segments import SegmentedAssembly
 from lynx.transfer.select import make_listener
 from lynx.transfer.supervise import Supervisor
 
-from lynx_patches.pd.pool import PoolView
+from lynx.pd.pool import PoolView
 
 logger = logging.getLogger(__name__)
 

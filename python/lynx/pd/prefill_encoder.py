@@ -7,7 +7,7 @@ the `PrioritySender` at once, residuals once the whole batch is encoded. The
 last job of a room queues its request metadata and reports it Success.
 
 A segment the running forward completes (`Streaming`) is encoded layer by
-layer as the forward writes them (`lynx_patches.pd.layers`): each stream's
+layer as the forward writes them (`lynx_patches.pd.layer_hooks`): each stream's
 frames go to the sender as soon as their bytes are final, the same frames the
 whole segment would have made.
 """
@@ -35,11 +35,11 @@ from lynx.transfer.frames import AUX_STREAM
 from lynx.transfer.keys import transfer_key
 from lynx.transfer.sender import PrioritySender
 
-from lynx_patches.pd.control import RoomMetadata
-from lynx_patches.pd.layers import ForwardLayers
-from lynx_patches.pd.pool import PoolView
-from lynx_patches.pd.prefill_rooms import PrefillRooms
-from lynx_patches.pd.segment_streams import Destination, Release, Route, SegmentStreams
+from lynx.pd.control import RoomMetadata
+from lynx.pd.layers import ForwardLayers
+from lynx.pd.pool import PoolView
+from lynx.pd.prefill_rooms import PrefillRooms
+from lynx.pd.segment_streams import Destination, Release, Route, SegmentStreams
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lynx_patches.pd.control import RoomMetadata
-from lynx_patches.pd.pool import page_slots
+from lynx.pd.control import RoomMetadata
+from lynx.pd.pool import page_slots
 
 STALE_METADATA_S = 300.0
 

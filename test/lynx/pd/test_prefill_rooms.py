@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from lynx_patches.pd.control import RoomMetadata
-from lynx_patches.pd.prefill_rooms import PrefillRooms
+from lynx.pd.control import RoomMetadata
+from lynx.pd.prefill_rooms import PrefillRooms
 
 NONCE = bytes(16)
 

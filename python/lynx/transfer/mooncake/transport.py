@@ -6,8 +6,8 @@ it with the engine into a slot the listener granted, several writes in
 flight, and notifies the listener over the control socket, in order, once
 each write has landed. A link unused for ``idle_close_s`` with nothing
 queued is closed (its thread and socket end); the next send opens a new
-one. ``mooncake_listener.MooncakeListener`` is the other end;
-``mooncake_control`` has the endpoint string, the protocol and the threat
+one. ``mooncake.listener.MooncakeListener`` is the other end;
+``mooncake.control`` has the endpoint string, the protocol and the threat
 model. ``PrioritySender`` runs on top unchanged (priority, chunking, pacing
 and frame MACs are its business).
 """
@@ -22,11 +22,11 @@ import zmq
 
 from lynx.transfer.buffers import byte_view
 from lynx.transfer.keys import curve_keys
-from lynx.transfer.mooncake_control import MAX_PARTS, MooncakeEndpoint, is_inline
-from lynx.transfer.mooncake_engine import MooncakeEngine
-from lynx.transfer.mooncake_link import Job, Link, LinkConfig, LinkState
-from lynx.transfer.mooncake_staging import Staging
-from lynx.transfer.mooncake_listener import ListenerStats, MooncakeListener
+from lynx.transfer.mooncake.control import MAX_PARTS, MooncakeEndpoint, is_inline
+from lynx.transfer.mooncake.engine import MooncakeEngine
+from lynx.transfer.mooncake.link import Job, Link, LinkConfig, LinkState
+from lynx.transfer.mooncake.staging import Staging
+from lynx.transfer.mooncake.listener import ListenerStats, MooncakeListener
 from lynx.transfer.transport import Transport, TransportError
 
 __all__ = ["ListenerStats", "MooncakeListener", "MooncakeTransport"]

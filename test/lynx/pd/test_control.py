@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from lynx.heads import HeadShard
-from lynx_patches.pd.control import (
+from lynx.pd.control import (
     ControlError,
     DecodeRegistration,
     RoomMetadata,
@@ -10,7 +10,7 @@ from lynx_patches.pd.control import (
     open_sealed,
     seal,
 )
-from lynx_patches.pd.pool import page_slots
+from lynx.pd.pool import page_slots
 
 KEY = b"k" * 32
 NONCE = bytes(range(16))
@@ -81,7 +81,7 @@ def test_a_mooncake_endpoint_with_any_address_off_the_decode_rank_is_refused(ses
 
 
 def _mooncake(session: str, control: str) -> str:
-    from lynx.transfer.mooncake_control import MooncakeEndpoint
+    from lynx.transfer.mooncake.control import MooncakeEndpoint
 
     return str(MooncakeEndpoint(session, "tcp", control, 0x7F0000, 16, 1 << 20))
 

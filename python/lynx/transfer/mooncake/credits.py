@@ -16,7 +16,7 @@ import enum
 from collections import deque
 from dataclasses import dataclass, field
 
-from lynx.transfer.mooncake_control import Grant, Session
+from lynx.transfer.mooncake.control import Grant, Session
 
 
 class PeerState(enum.Enum):
