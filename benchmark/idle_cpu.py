@@ -31,9 +31,10 @@ import time
 from pathlib import Path
 
 import psutil
-from lynx.models import prepare_smollm2
-from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
+from lynx_deploy.models import prepare_smollm2
+from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.processes import post_json
+from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.prompts import chat_prompt, long_question
 
 

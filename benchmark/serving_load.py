@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     needs_namespace = STOCK in profile.modes or bool(profile.fan_in_modes)
     if needs_namespace and not inside_namespace(os.environ):
         return subprocess.call(isolated([sys.executable, str(Path(__file__).resolve()), *argv]))
-    from lynx.models import prepare_smollm2
+    from lynx_deploy.models import prepare_smollm2
 
     model = prepare_smollm2()
     profile = with_overrides(profile, extra={"model": str(model)})
@@ -165,7 +165,7 @@ def measure(profile, model: Path, args, loopback) -> dict:
 
 def rejudge(out: Path) -> int:
     """Judge a finished run's answers again from its per-request records (a reference server is started)."""
-    from lynx.models import prepare_smollm2
+    from lynx_deploy.models import prepare_smollm2
 
     path = out / "serving_load.json"
     result = json.loads(path.read_text())
@@ -211,7 +211,7 @@ def run_deployment(group, link, profile, model, args, loopback, trace, prompt, i
 def stream_bytes(profile, modes) -> dict[str, int]:
     import torch
     from lynx.kvwire import KVShape, WireFormat
-    from lynx.models import SMOLLM2
+    from lynx_deploy.models import SMOLLM2
 
     shape = KVShape(SMOLLM2.num_layers, profile.input_tokens, SMOLLM2.kv_heads, SMOLLM2.head_dim, torch.bfloat16)
     sizes = {mode: sum(WireFormat.for_mode(mode, "int8").stream_sizes(shape)) for mode in modes}

@@ -23,10 +23,10 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lynx_testing.deploy import HOST
 from lynx_testing.judge import Answer, Tally, judge_pair, judge_sampled, request_continuation, top_two
-from lynx_testing.launch import SGLangServer, post_json
-from lynx_testing.streaming import stream_generate
+from lynx_deploy.processes import HOST, post_json
+from lynx_deploy.server import SGLangServer
+from lynx_deploy.streaming import stream_generate
 from ttft_verdicts import judged_pairs
 
 # Top logprobs per output position in every mode's requests: two judge a greedy parting; a
@@ -35,7 +35,7 @@ LOGPROBS = {"greedy": 2, "sampled": 20}
 
 
 def stream_recorded(url: str, body: dict, nth: Sequence[int] = (1,), timeout: float = 600.0) -> dict:
-    """`lynx_testing.streaming.stream_generate`'s timings of a streaming `/generate`, with its outputs."""
+    """`lynx_deploy.streaming.stream_generate`'s timings of a streaming `/generate`, with its outputs."""
     return stream_generate(url, body, nth, timeout, outputs=True)
 
 

@@ -58,9 +58,9 @@ from pathlib import Path
 
 from lynx.config import MIN_CHUNK_BYTES, LynxConfig
 from lynx.kvwire import KVShape, WireFormat
-from lynx.models import SMOLLM2, prepare_smollm2
-from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer
+from lynx_deploy.models import SMOLLM2, prepare_smollm2
+from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.netns import INSIDE_ENV, isolated
 from lynx_testing.prompts import chat_prompt, long_question
 from ttft_outputs import LOGPROBS, judge_with_loopback, stream_direct_recorded, stream_recorded

@@ -175,7 +175,7 @@ say "built $IMAGE in ${build_s}s; image size $(awk -v b="$image_bytes" 'BEGIN { 
 source_digest() {  # one digest of the .py files of Lynx's packages under the given roots
     local root pkg
     for root in "$@"; do
-        (cd "$root" && for pkg in lynx lynx_testing lynx_patches lynx_kernels; do
+        (cd "$root" && for pkg in lynx lynx_deploy lynx_patches lynx_kernels; do
             if [[ -d $pkg ]]; then find "$pkg" -name '*.py' -print0; fi
         done | xargs -0 -r sha256sum)
     done | sort -k2 | sha256sum | cut -c1-16

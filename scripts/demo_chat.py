@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from lynx.models import default_cache_dir, prepare_smollm2
-from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import CPU_MODEL_ARGS, ServerStartError
+from lynx_deploy.models import default_cache_dir, prepare_smollm2
+from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.server import CPU_MODEL_ARGS, ServerStartError
 from openai import OpenAI
 
 

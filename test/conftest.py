@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def model_path() -> Path:
-    from lynx.models import prepare_smollm2
+    from lynx_deploy.models import prepare_smollm2
 
     return prepare_smollm2()
 
@@ -40,8 +40,8 @@ def server_logs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def lynx_server(model_path, server_logs):
     """The README's server: real SGLang with --lynx, SmolLM2, this CPU."""
-    from lynx_testing.deploy import SERVED_MODEL
-    from lynx_testing.launch import SGLangServer
+    from lynx_deploy.deployment import SERVED_MODEL
+    from lynx_deploy.server import SGLangServer
 
     with SGLangServer(
         model_path,

@@ -21,7 +21,8 @@ def test_readme_documents_every_option_with_its_default():
 def test_architecture_maps_every_module():
     packages = {
         "lynx": ROOT / "python" / "lynx",
-        "lynx_testing": ROOT / "python" / "lynx_testing",
+        "lynx_deploy": ROOT / "python" / "lynx_deploy",
+        "lynx_testing": ROOT / "testing" / "lynx_testing",
         "lynx_patches": ROOT / "lynx_patches",
         "lynx_kernels": ROOT / "kernels" / "lynx_kernels",
     }
@@ -30,7 +31,9 @@ def test_architecture_maps_every_module():
             rel = path.relative_to(folder).as_posix()
             if path.name == "__init__.py" and (rel != "__init__.py" or name != "lynx_patches"):
                 continue
-            shown = f"{name}/{rel}" if name in ("lynx", "lynx_testing") else rel
+            if path.name == "__main__.py" and (name, rel) != ("lynx_deploy", "__main__.py"):
+                continue
+            shown = f"{name}/{rel}" if name in ("lynx", "lynx_deploy", "lynx_testing") else rel
             assert f"`{shown}`" in ARCHITECTURE, f"{name}/{rel} missing from docs/ARCHITECTURE.md"
 
 
@@ -41,7 +44,7 @@ def test_architecture_lists_every_hook_target():
 
 
 def test_product_packages_never_import_the_harness():
-    for folder in (ROOT / "python" / "lynx", ROOT / "lynx_patches", ROOT / "kernels" / "lynx_kernels"):
+    for folder in (ROOT / "python", ROOT / "lynx_patches", ROOT / "kernels" / "lynx_kernels"):
         for path in folder.rglob("*.py"):
             assert "lynx_testing" not in path.read_text(), f"{path.relative_to(ROOT)} imports the test harness"
 

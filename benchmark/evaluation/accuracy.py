@@ -15,7 +15,7 @@ from dataclasses import asdict
 
 from evaluation.plan import ItemSpec
 from lynx_testing.judge import Answer, judge_pair, request_continuation
-from lynx_testing.launch import post_json
+from lynx_deploy.processes import post_json
 from lynx_testing.tasks import (
     TaskItem,
     multikey_item,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from evaluation import accuracy
 from evaluation.plan import ModelPlan
-from lynx_testing.launch import SGLangServer, ServerSlot
+from lynx_deploy.server import SGLangServer, ServerSlot
 
 
 COMPARISONS = (

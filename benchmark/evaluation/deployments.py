@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from evaluation.plan import ModelPlan, Variant
-from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import ServerStartError
+from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.server import ServerStartError
 
 STOCK_ENV = {"MOONCAKE_PROTOCOL": "tcp", "MC_FORCE_TCP": "1"}
 # Machine-wide memory accounting refuses a start while other servers hold memory; wait, then retry.

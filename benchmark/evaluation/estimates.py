@@ -1,4 +1,4 @@
-"""`lynx.estimate` fed with this run's measurements, checked against the measured rows, then at cluster scale.
+"""`lynx_deploy.estimate` fed with this run's measurements, checked against the measured rows, then at cluster scale.
 
 CPU check: for every measured speed row the estimator gets the model's KV
 geometry, the prompt length, the link rate, the prefill throughput measured
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 
 from evaluation.plan import CHUNK_TOKENS, VARIANTS
-from lynx.estimate import (
+from lynx_deploy.estimate import (
     COMPUTE_SHAPES,
     GEOMETRIES,
     KVGeometry,

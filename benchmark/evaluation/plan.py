@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lynx.estimate import GEOMETRIES, KVGeometry
-from lynx_testing.launch import CPU_MODEL_ARGS
+from lynx_deploy.estimate import GEOMETRIES, KVGeometry
+from lynx_deploy.server import CPU_MODEL_ARGS
 
 # SGLang computes a chunk of this many prompt tokens per forward pass; Lynx
 # (and SGLang's Mooncake backend) send each chunk's KV while the next runs.
@@ -78,8 +78,8 @@ class ModelPlan:
     """Everything one model's evaluation runs.
 
     Attributes:
-        model: `lynx.models` registry name.
-        geometry: its KV shape (`lynx.estimate.GEOMETRIES`).
+        model: `lynx_deploy.models` registry name.
+        geometry: its KV shape (`lynx_deploy.estimate.GEOMETRIES`).
         server_args: extra arguments of every server.
         items: accuracy items, run on every Lynx variant.
         stock_items: how many of `items` (the first ones) the stock baseline runs.
@@ -118,7 +118,7 @@ class ModelPlan:
 # --max-total-tokens bounds the pool instead.
 _SERVER_ARGS = (*CPU_MODEL_ARGS, "--chunked-prefill-size", str(CHUNK_TOKENS), "--mem-fraction-static", "0.8")
 # Ratios of BF16 transfer to prefill time: about Llama-3.1-8B at 32k tokens on
-# 10, 25 and 100 Gbit/s (docs/RESULTS.md, from lynx.estimate).
+# 10, 25 and 100 Gbit/s (docs/RESULTS.md, from lynx_deploy.estimate).
 RATIOS = (2.0, 0.7, 0.2)
 
 

@@ -29,7 +29,7 @@ from evaluation.comparisons import Continuations, comparisons
 from evaluation.deployments import deployment, http_ports, start
 from evaluation.link import ShapedLoopback
 from evaluation.plan import ModelPlan, Variant
-from lynx.models import prepare
+from lynx_deploy.models import prepare
 from lynx_testing.tasks import heldout_texts
 
 KL_SEED = 14
@@ -139,7 +139,7 @@ class EarlyStart:
     previous variant answers its task items; `take` starts whatever is left.
 
     Its servers get SIGTERM when the thread that started them ends
-    (`lynx_testing.launch.die_with_parent`), so that thread lives until the
+    (`lynx_deploy.processes.die_with_parent`), so that thread lives until the
     pair is stopped (`release`).
     """
 

@@ -16,7 +16,7 @@ import ttft_sweep
 from evaluation.deployments import http_ports
 from evaluation.link import ShapedLoopback
 from evaluation.plan import ModelPlan, Variant
-from lynx.estimate import KVGeometry
+from lynx_deploy.estimate import KVGeometry
 from lynx.kvwire import KVShape, WireFormat
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 from evaluation.deployments import STOCK_ENV, StockDeployment, http_ports, start
 from evaluation.link import ShapedLoopback
 from lynx.config import MAX_CHUNK_BYTES, MIN_CHUNK_BYTES
-from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
-from lynx_testing.streaming import stream_generate
+from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.processes import post_json
+from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
+from lynx_deploy.streaming import stream_generate
 
 from load.plan import STOCK, Link, base_mode, variant_args
 

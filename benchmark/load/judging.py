@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lynx_testing.judge import Answer, Tally, judge_pair, server_continuation, top_two
-from lynx_testing.launch import post_json
+from lynx_deploy.processes import post_json
 
 from load.plan import JUDGED_MODES, REFERENCE_MODE, base_mode
 
@@ -81,7 +81,7 @@ def second_opinion(parting: dict, candidate: Answer, continue_reference) -> dict
 def _server_tokenizer():
     from transformers import AutoTokenizer
 
-    from lynx.models import prepare_smollm2
+    from lynx_deploy.models import prepare_smollm2
 
     tokenizer = AutoTokenizer.from_pretrained(str(prepare_smollm2()))
     return tokenizer.encode

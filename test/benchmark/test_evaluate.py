@@ -18,7 +18,7 @@ if str(BENCHMARK) not in sys.path:
 from evaluation import accuracy, claims, comparisons, estimates, likelihood, runner, speed  # noqa: E402
 from evaluation.link import ShapedLoopback  # noqa: E402
 from evaluation.plan import PROFILES, VARIANTS  # noqa: E402
-from lynx.estimate import GEOMETRIES  # noqa: E402
+from lynx_deploy.estimate import GEOMETRIES  # noqa: E402
 
 import evaluate  # noqa: E402
 

@@ -88,7 +88,7 @@ def test_frames_take_the_asked_time_on_the_emulated_link_within_the_servers_boun
 @pytest.mark.slow
 def test_every_request_type_runs_to_the_token_budget():
     from transformers import AutoTokenizer
-    from lynx.models import prepare_smollm2
+    from lynx_deploy.models import prepare_smollm2
 
     sweep = _sweep()
     tokenizer = AutoTokenizer.from_pretrained(str(prepare_smollm2()))

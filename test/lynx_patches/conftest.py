@@ -28,7 +28,7 @@ def pd_runs(model_path, pd_bodies, server_logs, request):
 @pytest.fixture(scope="session")
 def qwen2_runs(server_logs, request):
     """The Qwen2 deployments (`pd_scenarios.QWEN2_DEPLOYMENTS`), each started the first time a test needs it."""
-    from lynx.models import prepare
+    from lynx_deploy.models import prepare
     from transformers import AutoTokenizer
 
     path = prepare("qwen2")

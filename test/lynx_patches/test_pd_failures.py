@@ -33,10 +33,11 @@ import pytest
 from lynx.transfer.keys import curve_keys
 from lynx.transfer.transport import TransportError
 from lynx.transfer.zmq_transport import ZmqTransport
-from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
+from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.processes import post_json
+from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.judge import Tally
-from lynx_testing.streaming import sse_events
+from lynx_deploy.streaming import sse_events
 from pd_judging import judge_answers, judge_seeded
 from pd_suites import fault_bodies, mixed_load, request_body
 from server_state import lynx_state, wait_lynx_state
@@ -281,7 +282,7 @@ def test_a_mixed_load_with_client_aborts_through_the_router_leaks_nothing_and_an
     event. Every other request is answered, and every answer equals int8 mode's (greedy: near
     ties, then int8 continued; seeded samples: the seeded near-tie rule); afterwards no slot and
     no Lynx room is held."""
-    from lynx_testing.streaming import abandon
+    from lynx_deploy.streaming import abandon
 
     bodies = mixed_load(tokenizer, len(int8["mixed"]))
 

@@ -26,10 +26,11 @@ import time
 
 import psutil
 import pytest
-from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
+from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.processes import post_json
+from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.judge import Tally
-from lynx_testing.streaming import abandon
+from lynx_deploy.streaming import abandon
 from pd_judging import ContinuationServers, annotate, judge_answers, judge_seeded
 from pd_scenarios import INT8_LOOPBACK, TOP_LOGPROBS
 from pd_suites import mixed_load, request_body

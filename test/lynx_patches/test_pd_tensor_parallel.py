@@ -30,8 +30,9 @@ and the decode ranks' agreement over a real gloo group
 from __future__ import annotations
 
 import pytest
-from lynx_testing.deploy import PDDeployment
-from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
+from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.processes import post_json
+from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from pd_judging import ContinuationServers, annotate, assert_greedy_answers_equal
 from pd_scenarios import SLOW_LINK
 from pd_suites import request_body

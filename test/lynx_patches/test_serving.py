@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 
 import pytest
-from lynx_testing.deploy import SERVED_MODEL
+from lynx_deploy.deployment import SERVED_MODEL
 from lynx_testing.exactness import BF16_NEAR_TIE_GAP, compare_greedy, compare_greedy_resynced, settle_bf16_parting
 from lynx_testing.hf_reference import HFReference
-from lynx_testing.launch import SGLangServer
+from lynx_deploy.server import SGLangServer
 from openai import OpenAI
 
 pytestmark = pytest.mark.server
@@ -122,7 +122,7 @@ QWEN2_PROMPTS = (
 def test_qwen2_serves_and_every_greedy_token_equals_transformers_in_fp32(server_logs):
     """A second architecture (Qwen2: q/k/v biases, 14 query heads over 2 KV heads)
     serves with --lynx on this CPU, token for token as transformers in fp32."""
-    from lynx.models import prepare
+    from lynx_deploy.models import prepare
     from lynx_testing.prompts import chat_prompt
     from transformers import AutoTokenizer
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import pytest
 from lynx_testing.exactness import compare_greedy_resynced
 from lynx_testing.judge import Answer, Tally, judge_pair
-from lynx_testing.launch import SGLangServer
+from lynx_deploy.server import SGLangServer
 
 pytestmark = pytest.mark.server
 
@@ -217,7 +217,7 @@ def test_shape_equals_page_size_1_tp_1_token_for_token(
 
 @pytest.mark.extended
 def test_qwen2_tp2_equals_tp1_token_for_token(server_logs):
-    from lynx.models import prepare
+    from lynx_deploy.models import prepare
     from lynx_testing.hf_reference import HFReference
 
     path = prepare("qwen2")

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 
 from lynx_testing.judge import Generate, Tally, answer_of, judge_pair, judge_sampled, request_continuation
-from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, ServerSlot, post_json
+from lynx_deploy.processes import post_json
+from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer, ServerSlot
 
 REQUEST = "request"  # the key `annotate` adds to an answer: {"prompt_ids", "sampling_params"}
 

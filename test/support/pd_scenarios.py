@@ -22,10 +22,11 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from lynx_testing.deploy import HOST, SERVED_MODEL, PDDeployment
-from lynx_testing.launch import CPU_MODEL_ARGS, SGLangServer, post_json
+from lynx_deploy.deployment import SERVED_MODEL, PDDeployment
+from lynx_deploy.processes import HOST, post_json
+from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.netns import INSIDE_ENV, run_isolated
-from lynx_testing.streaming import sse_events
+from lynx_deploy.streaming import sse_events
 from pd_judging import ContinuationServers, annotate
 from server_state import lynx_state, wait_lynx_state
 from pd_suites import MAX_TOKENS

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from lynx_testing.launch import SGLangServer
+from lynx_deploy.server import SGLangServer
 
 
 def lynx_state(server: SGLangServer) -> dict:

@@ -44,7 +44,7 @@ def test_a_scheduler_without_a_tp_group_is_a_single_rank():
 def test_two_processes_agree_over_a_real_gloo_group():
     import multiprocessing
 
-    from lynx_testing.launch import free_port
+    from lynx_deploy.processes import free_port
 
     context = multiprocessing.get_context("spawn")
     out = context.Queue()

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from lynx.models import (
+from lynx_deploy.models import (
     QWEN2,
     SMOLLM2,
     ModelSource,
@@ -42,7 +42,7 @@ def test_smollm2_kv_shape_in_the_registry_is_the_prepared_models(model_path):
 
 def test_command_prints_the_folder(model_path):
     out = subprocess.run(
-        [sys.executable, "-m", "lynx.models"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "lynx_deploy.models"], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == str(model_path)
 
@@ -118,7 +118,7 @@ def test_qwen2_greedily_answers_a_simple_question_in_transformers(qwen2_path):
 
 def test_command_prints_the_qwen2_folder(qwen2_path):
     out = subprocess.run(
-        [sys.executable, "-m", "lynx.models", "--model", "qwen2"],
+        [sys.executable, "-m", "lynx_deploy.models", "--model", "qwen2"],
         capture_output=True,
         text=True,
         check=True,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lynx.codec import CodecSpec
-from lynx.estimate import (
+from lynx_deploy.estimate import (
     COMPUTE_SHAPES,
     GEOMETRIES,
     MODES,
@@ -143,7 +143,7 @@ def test_command_rejects_bad_values_with_status_2(capsys):
 
 @pytest.mark.slow
 def test_estimator_does_not_import_sglang():
-    code = "import sys, lynx.estimate; print('sglang' in sys.modules, 'triton' in sys.modules)"
+    code = "import sys, lynx_deploy.estimate; print('sglang' in sys.modules, 'triton' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 

@@ -8,8 +8,9 @@ import urllib.request
 
 import pytest
 
-from lynx_testing import launch
-from lynx_testing.launch import PORT_ATTEMPTS, PortTaken, SGLangServer, ServerSlot, free_port
+from lynx_deploy import processes
+from lynx_deploy.processes import free_port
+from lynx_deploy.server import PORT_ATTEMPTS, PortTaken, ServerStartError, SGLangServer, ServerSlot
 
 # A stand-in for launch_server: its first `--faulty-starts` starts fail as `--fault` says, then it
 # serves /v1/models. ``http``: it reports (as uvicorn does) that its HTTP port was taken and hangs;
@@ -37,7 +38,7 @@ http.server.HTTPServer(("127.0.0.1", port), Models).serve_forever()
 
 
 def test_free_ports_are_below_the_ephemeral_range_bindable_and_never_handed_out_twice():
-    low = launch._ephemeral_low()
+    low = processes._ephemeral_low()
     ports = [free_port() for _ in range(50)]
     assert len(set(ports)) == len(ports)
     assert all(1024 <= p < low for p in ports) or low <= 2048
@@ -82,7 +83,7 @@ class _Started:
     def __enter__(self):
         self._log.append(("start", self.url))
         if not self._ready:
-            raise launch.ServerStartError("not ready")
+            raise ServerStartError("not ready")
         return self
 
     def stop(self) -> None:
@@ -100,7 +101,7 @@ def test_a_server_slot_keeps_one_server_per_key_and_stops_the_last_on_close():
 
 def test_a_server_slot_tries_again_after_a_server_that_never_got_ready():
     log, slot = [], ServerSlot()
-    with pytest.raises(launch.ServerStartError):
+    with pytest.raises(ServerStartError):
         slot.serve("a", lambda: _Started("a", log, ready=False))
     assert slot.serve("a", lambda: _Started("a2", log)) == "http://a2"
     slot.close()

@@ -1,6 +1,6 @@
 """A real prefill/decode deployment on one machine: two SGLang servers with --lynx and SGLang's router.
 
-    python -m lynx_testing.deploy --mode lynx      # starts all three, prints URLs, waits for Ctrl-C
+    python -m lynx_deploy --lynx-mode lynx      # starts all three, prints URLs, waits for Ctrl-C
 
 The router is `smg` (Shepherd Model Gateway, SGLang's PD router). It adds the
 bootstrap fields to every request and routes by model id, which is the
@@ -9,9 +9,7 @@ servers' `--served-model-name`.
 
 from __future__ import annotations
 
-import argparse
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -20,19 +18,9 @@ import urllib.error
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lynx_testing.launch import (
-    CPU_SERVER_ENV,
-    HOST,
-    PORT_ATTEMPTS,
-    PortTaken,
-    ServerStartError,
-    SGLangServer,
-    die_with_parent,
-    free_port,
-    log_tail,
-    post_json,
-    stop_groups,
-)
+from lynx_deploy.processes import HOST, die_with_parent, free_port, log_tail, post_json, stop_groups
+from lynx_deploy.server import CPU_SERVER_ENV, PORT_ATTEMPTS, PortTaken, ServerStartError, SGLangServer
+from lynx_deploy.streaming import stream_generate
 
 SERVED_MODEL = "smollm2"
 
@@ -221,7 +209,6 @@ class PDDeployment:
         """A streaming `/generate` sent to both servers with bootstrap room `room`, bypassing the
         router: `stream_generate`'s timings of the decode server's stream, plus ``prefill_s``, when
         the prefill server answered (its own measure of the request: bootstrap, prefill, KV snapshot)."""
-        from lynx_testing.streaming import stream_generate
 
         fields = {"bootstrap_host": HOST, "bootstrap_port": self.bootstrap_port, "bootstrap_room": room}
         prefill: dict = {}
@@ -259,31 +246,3 @@ class PDDeployment:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def main(argv: list[str] | None = None) -> int:
-    from lynx.models import prepare_smollm2
-
-    parser = argparse.ArgumentParser(prog="python -m lynx_testing.deploy", description=__doc__.splitlines()[0])
-    parser.add_argument("--model-path", default=None, help="model folder (default: SmolLM2 from the cache)")
-    parser.add_argument("--log-dir", default="lynx-logs", help="folder for the three logs")
-    parser.add_argument("--max-total-tokens", type=int, default=16384)
-    args, lynx_args = parser.parse_known_args(argv)
-    model = args.model_path or prepare_smollm2()
-    deployment = PDDeployment(model, lynx_args, log_dir=args.log_dir, max_total_tokens=args.max_total_tokens)
-    print(f"[lynx] starting prefill, decode and router (logs in {args.log_dir})", flush=True)
-    stop_signals = {signal.SIGINT, signal.SIGTERM}
-    try:
-        with deployment:
-            print(f"[lynx] ready: router {deployment.url}, model '{deployment.served_model_name}'", flush=True)
-            # Blocked only now: the servers inherited the default signal mask.
-            signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
-            signal.sigwait(stop_signals)
-    except ServerStartError as exc:
-        print(f"[lynx] error: {exc}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

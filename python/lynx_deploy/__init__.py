@@ -1,0 +1,1 @@
+"""Running Lynx: a local prefill/decode deployment behind SGLang's router (`python -m lynx_deploy`), the models that install offline (`python -m lynx_deploy.models`) and the cluster-scale TTFT estimate (`python -m lynx_deploy.estimate`)."""
