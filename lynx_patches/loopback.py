@@ -10,9 +10,10 @@ mode's accuracy on one server, and is the reference the PD tests compare to.
 from __future__ import annotations
 
 import torch
+from lynx.pd.pool import PoolView
 
 from lynx_patches import targets
-from lynx.pd.pool import PoolView
+from lynx_patches.pd.pool import check_pool
 from lynx_patches.selfcheck import Hook
 from lynx_patches.startup import current_config
 
@@ -28,7 +29,9 @@ def prefill_result(result, processor, batch, *args, **kwargs):
     config = current_config()
     if config is None or not config.loopback:
         return None
-    pool = PoolView.of(processor.token_to_kv_pool_allocator.get_kvcache())
+    kvcache = processor.token_to_kv_pool_allocator.get_kvcache()
+    check_pool(kvcache)
+    pool = PoolView.of(kvcache)
     for req in batch.reqs:
         done = req.finished() or req.inflight_middle_chunks > 0
         if done or getattr(req, "_lynx_roundtripped", False):

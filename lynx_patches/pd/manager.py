@@ -36,7 +36,7 @@ from lynx.pd.control import (
     open_sealed,
 )
 from lynx.pd.pool import PoolView
-from lynx_patches.pd.pool import head_shard, layout_refusal
+from lynx_patches.pd.pool import check_pool, head_shard, layout_refusal
 from lynx_patches.startup import lynx_config_of
 
 logger = logging.getLogger(__name__)
@@ -92,6 +92,7 @@ class LynxKVManager(CommonKVManager):
     def attach_pool(self, pool, model_config) -> None:
         """Give the side the rank's KV pool (its per-layer K/V tensors, which of the model's
         heads they hold) and metadata rows."""
+        check_pool(pool)
         heads = head_shard(model_config, self.attn_tp_size, self.attn_tp_rank, pool)
         self.side.attach(PoolView.of(pool, self.kv_args, heads))
 

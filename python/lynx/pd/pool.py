@@ -42,8 +42,8 @@ class PoolView:
 
     @classmethod
     def of(cls, pool, kv_args=None, heads: HeadShard | None = None) -> PoolView:
-        """The view of an SGLang MHA pool and a PD manager's `KVArgs` (page size, metadata buffers)."""
-        check_pool(pool)
+        """The view of an MHA pool (per-layer `k_buffer`/`v_buffer`, `page_size`) and a PD manager's
+        `KVArgs` (page size, metadata buffers); the caller has checked the pool is one Lynx serves."""
         if kv_args is None:
             return cls(tuple(pool.k_buffer), tuple(pool.v_buffer), int(pool.page_size), (), (), heads)
         return cls(
