@@ -22,11 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import time
-
 import numpy as np
 import torch
-from lynx.auto import LinkView, PrefillRate, choose
 from lynx.config import LynxConfig
 from lynx.heads import transfer_room
 from lynx.kvwire import WireFormat
@@ -39,6 +36,7 @@ from lynx.pd.control import RoomMetadata
 from lynx.pd.layers import ForwardLayers
 from lynx.pd.pool import PoolView
 from lynx.pd.prefill_rooms import PrefillRooms
+from lynx.pd.room_wires import RoomWires
 from lynx.pd.segment_streams import Destination, Release, Route, SegmentStreams
 
 logger = logging.getLogger(__name__)
@@ -101,11 +99,9 @@ class PrefillEncoder:
         stop: threading.Event,
         route: Callable[[RoomMetadata], Route],
     ) -> None:
-        self._config, self._wire, self._secret, self._host = config, wire, secret, host
+        self._config, self._secret, self._host = config, secret, host
         self._rooms, self._sender, self._stop, self._route = rooms, sender, stop, route
-        # --lynx-mode auto: the wire format chosen for each room still encoding, and the prefill's pace.
-        self._room_wires: dict[int, WireFormat] = {}
-        self._prefill_rate = PrefillRate()
+        self._wires = RoomWires(config, wire, sender)
         self._jobs: queue.Queue[Job | Streaming] = queue.Queue()
         self._held: list[tuple[int, Release]] = []  # (room, residuals) of the batch being encoded (encoder thread)
         self._pool: PoolView | None = None
@@ -172,7 +168,7 @@ class PrefillEncoder:
         except Exception as exc:
             logger.exception("Lynx prefill: sending room %s failed", job.room)
             self._host.fail(job.room, f"lynx prefill: {exc}", self._rooms.targets(job.room))
-            self._end_room(job.room)
+            self._wires.forget(job.room)
             return False
 
     def stream(self, streaming: Streaming) -> None:
@@ -201,10 +197,9 @@ class PrefillEncoder:
             return
         dests = self._rooms.start_encoding(job.room, self._host.failed)
         if not dests:
-            self._end_room(job.room)
+            self._wires.forget(job.room)
             return
-        self._prefill_rate.finished(job.room, time.monotonic())
-        self._end_room(job.room)
+        self._wires.finished(job.room)
         try:
             aux = self.pool.read_aux(job.aux_index)
         finally:
@@ -227,7 +222,7 @@ class PrefillEncoder:
         dests = self._rooms.start_encoding(job.room, self._host.failed)
         if not dests:
             progress.pop(key, None)
-            self._end_room(job.room)
+            self._wires.forget(job.room)
             return False
         try:
             segment = progress.get(key) or self._start(job, dests)
@@ -235,13 +230,13 @@ class PrefillEncoder:
                 pool, index, lo = self.pool, self.pool.slot_index(job.slots), segment.layers_done
                 for heads in segment.head_ranges:
                     k, v = pool.head_buffers(heads.first - pool.shard.first, heads.count)
-                    encoded = self._wire_of(job.room).encode(k[lo:layers], v[lo:layers], index, job.first_token)
+                    encoded = self._wires.of(job.room).encode(k[lo:layers], v[lo:layers], index, job.first_token)
                     segment.write(heads, layers, encoded)
         finally:
             aborted = self._rooms.end_encoding(job.room)
         if aborted:
             progress.pop(key, None)
-            self._end_room(job.room)
+            self._wires.forget(job.room)
             return False
         if lo == 0 and job.segment == 0:
             for dest in segment.destinations:
@@ -270,28 +265,10 @@ class PrefillEncoder:
             self._stream = torch.cuda.Stream(device)
         return torch.cuda.stream(self._stream)
 
-    def _wire_of(self, room: int) -> WireFormat:
-        return self._room_wires.get(room, self._wire)
-
-    def _end_room(self, room: int) -> None:
-        """The room needs no more encoding decisions (done, aborted or failed)."""
-        self._room_wires.pop(room, None)
-        self._prefill_rate.forget(room)
-
-    def _choose(self, job: Job) -> None:
-        """--lynx-mode auto, a room's first segment: its wire format for every segment (`lynx.auto`)."""
-        if self._config.mode != "auto" or job.room in self._room_wires:
-            return
-        wires = self._config.wires
-        request_bytes = sum(wires["int8"].stream_sizes(self.pool.shape(job.total)))
-        link = LinkView(self._sender.stats().queued_bytes, self._sender.link_bytes_per_s)
-        self._room_wires[job.room] = wires[choose(link, request_bytes, self._prefill_rate.seconds(job.total))]
-        self._prefill_rate.started(job.room, job.total, time.monotonic())
-
     def _start(self, job: Job, dests: list[RoomMetadata]) -> SegmentStreams:
         """A segment's streams: empty buffers per distinct head range, nothing sent."""
-        self._choose(job)
-        wire_format = self._wire_of(job.room)
+        self._wires.choose(job.room, job.total, self.pool)
+        wire_format = self._wires.of(job.room)
         shapes, destinations = {}, []
         for meta in dests:
             route = self._route(meta)
@@ -305,7 +282,7 @@ class PrefillEncoder:
 
     def _manifest(self, job: Job, route: Route, wire: int) -> Manifest:
         """The announcement of one part of a room (`wire`): its heads' whole shape and segmentation."""
-        pool, segment_tokens, wire_format = self.pool, self._config.segment_tokens, self._wire_of(job.room)
+        pool, segment_tokens, wire_format = self.pool, self._config.segment_tokens, self._wires.of(job.room)
         shape = pool.shape(job.total, route.heads.count)
         parts = wire_format.segment_shapes(shape, segment_tokens)
         sizes = tuple(map(sum, zip(*(wire_format.stream_sizes(part) for part in parts))))

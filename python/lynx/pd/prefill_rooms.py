@@ -1,7 +1,10 @@
-"""The prefill side's rooms: destinations, claims, aborts, segments computed, encodes running, rooms announced.
+"""The rooms of a prefill rank: one `PrefillRoom` record per request it sends, kept by `PrefillRooms`.
 
-Every table lives under one lock, taken by the control, scheduler, encoder and
-alive threads alike. Nothing here encodes or sends.
+A room's destinations, its tokens as they are computed, and its announced parts
+live in its record; its state is a `PrefillRoomState` (`lynx.pd.prefill_lifecycle`),
+changed only in `PrefillRooms`, under its one lock (taken by the control,
+scheduler, encoder and alive threads alike), through `advance`. Nothing here
+encodes or sends.
 """
 
 from __future__ import annotations
@@ -15,44 +18,49 @@ from typing import NamedTuple
 import numpy as np
 
 from lynx.pd.control import RoomMetadata
+from lynx.pd.outgoing import Outgoing, Segment
+from lynx.pd.prefill_lifecycle import PrefillEvent, PrefillRoomState, advance, allows
 from lynx.pd.pool import page_slots
 
 STALE_METADATA_S = 300.0
 
 
-class Segment(NamedTuple):
-    """A segment of a room's tokens whose KV is all computed: ready to encode."""
+class AnnouncedPart(NamedTuple):
+    """A part of a room whose manifest went to one decode rank: where its alive messages go."""
 
-    index: int
-    first_token: int
-    slots: np.ndarray  # pool slots of its tokens
-    total: int  # tokens of the whole room
+    endpoint: str
+    key: bytes
+    wire: int  # the part's wire id
 
 
 @dataclass
-class _Outgoing:
-    """A room whose KV leaves segment by segment as the prefill computes it (scheduler thread)."""
+class PrefillRoom:
+    """One request a prefill rank sends.
 
-    total: int  # tokens the decode ranks reserved, exactly what must be sent
-    layout: list[tuple[int, int]]  # (first_token, num_tokens) of each segment
-    slots: list[np.ndarray] = field(default_factory=list)  # pool slots of the tokens computed so far
-    computed: int = 0
-    queued: int = 0  # segments handed to the encoder
-    streamed: np.ndarray | None = None  # slots of the tokens through the last segment handed over while computed
+    Attributes:
+        room: the request's transfer id.
+        state: see `lynx.pd.prefill_lifecycle`; changed only by `PrefillRooms`.
+        destinations: each decode rank's metadata, by its session id.
+        metadata_at: clock time the first of them arrived (None before; ages an unclaimed room).
+        outgoing: its tokens as the prefill computes them; None before the first chunk, after
+            the last, and once aborted.
+        parts: its announced parts, until its sender releases it.
+    """
 
-    def take_segments(self, slots: np.ndarray) -> list[Segment]:
-        """The segments not handed over yet that `slots` (those of the first ``len(slots)``
-        tokens) complete, now handed over."""
-        segments = []
-        while self.queued < len(self.layout) and sum(self.layout[self.queued]) <= len(slots):
-            first, tokens = self.layout[self.queued]
-            segments.append(Segment(self.queued, first, slots[first : first + tokens], self.total))
-            self.queued += 1
-        return segments
+    room: int
+    state: PrefillRoomState = PrefillRoomState.UNCLAIMED
+    destinations: dict[str, RoomMetadata] = field(default_factory=dict)
+    metadata_at: float | None = None
+    outgoing: Outgoing | None = None
+    parts: list[AnnouncedPart] = field(default_factory=list)
+
+    def real_destinations(self) -> list[RoomMetadata]:
+        """The metadata of the real (not dummy) decode ranks its KV goes to."""
+        return [m for m in self.destinations.values() if not m.is_dummy]
 
 
 class PrefillRooms:
-    """Per-room state of one prefill rank.
+    """The rooms of one prefill rank.
 
     Args:
         layout: ``(first_token, num_tokens)`` of each segment of a transfer of that many tokens.
@@ -62,90 +70,127 @@ class PrefillRooms:
     def __init__(self, layout: Callable[[int], list[tuple[int, int]]], clock: Callable[[], float] = time.monotonic):
         self._layout, self._clock = layout, clock
         self._lock = threading.RLock()
-        self._destinations: dict[int, dict[str, RoomMetadata]] = {}
-        self._metadata_at: dict[int, float] = {}
-        self._outgoing: dict[int, _Outgoing] = {}
-        self._claims: set[int] = set()
-        self._encoding: set[int] = set()
-        self._aborted: set[int] = set()
-        self._alive: dict[int, list[tuple[str, bytes, int]]] = {}  # announced, computing -> (endpoint, key, wire)
-        self._wires: dict[int, int] = {}  # wire id of an announced part -> its room
-        self._parts: dict[int, set[int]] = {}  # room -> the wire ids of its announced parts
+        self._rooms: dict[int, PrefillRoom] = {}
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def state(self, room: int) -> PrefillRoomState | None:
+        with self._lock:
+            entry = self._rooms.get(room)
+            return None if entry is None else entry.state
 
     def claimed_count(self) -> int:
         with self._lock:
-            return len(self._claims)
+            return sum(entry.state.claimed for entry in self._rooms.values())
 
     def state_counts(self) -> dict[str, int]:
         """Rooms being encoded, claimed by a sender, aborted while claimed, and with decode metadata held."""
         with self._lock:
+            states = [entry.state for entry in self._rooms.values()]
             return {
-                "encoding": len(self._encoding),
-                "claimed": len(self._claims),
-                "aborted": len(self._aborted),
-                "metadata": len(self._destinations),
+                "encoding": sum(state.encoding for state in states),
+                "claimed": sum(state.claimed for state in states),
+                "aborted": sum(state.aborted for state in states),
+                "metadata": sum(bool(entry.destinations) for entry in self._rooms.values()),
             }
-
-    def add_metadata(self, meta: RoomMetadata) -> int | None:
-        """Record one decode rank's metadata; once every rank's is in, the decode prefix length, else None."""
-        with self._lock:
-            infos = self._destinations.setdefault(meta.room, {})
-            infos[meta.session_id] = meta
-            self._metadata_at.setdefault(meta.room, self._clock())
-            complete = len(infos) == meta.required_dst_info_num
-            real = [i for i in infos.values() if not i.is_dummy]
-        if not complete:
-            return None
-        return real[0].decode_prefix_len if real else 0
 
     def targets(self, room: int) -> tuple[tuple[str, int], ...]:
         """The control addresses of the decode ranks a room's KV goes to."""
         with self._lock:
-            infos = self._destinations.get(room, {}).values()
-            return tuple(dict.fromkeys((m.endpoint, m.dst_port) for m in infos if not m.is_dummy))
+            entry = self._rooms.get(room)
+            infos = entry.real_destinations() if entry is not None else []
+            return tuple(dict.fromkeys((m.endpoint, m.dst_port) for m in infos))
+
+    def busy(self, room: int) -> bool:
+        """Whether the encoder is reading the room's KV pages right now (they must not be freed)."""
+        with self._lock:
+            entry = self._rooms.get(room)
+            return entry is not None and entry.state.encoding
+
+    def not_aborted(self, rooms: Iterable[int]) -> set[int]:
+        """Those of ``rooms`` not aborted."""
+        with self._lock:
+            return {room for room in rooms if room not in self._rooms or not self._rooms[room].state.aborted}
+
+    def room_of(self, wire: int) -> int:
+        """The room whose part has wire id `wire` (`wire` itself if none was announced)."""
+        with self._lock:
+            for entry in self._rooms.values():
+                if any(part.wire == wire for part in entry.parts):
+                    return entry.room
+            return wire
+
+    def wires(self, room: int) -> set[int]:
+        """The wire ids of the room's announced parts, and the room itself."""
+        with self._lock:
+            entry = self._rooms.get(room)
+            return {room, *(part.wire for part in (entry.parts if entry is not None else ()))}
+
+    def announced(self) -> list[tuple[int, list[AnnouncedPart]]]:
+        """Each announced room still computing, with the ``(endpoint, key, wire id)`` of its decode ranks."""
+        with self._lock:
+            return [(entry.room, list(entry.parts)) for entry in self._rooms.values() if entry.state.alive]
+
+    # --- the control thread ----------------------------------------------------------------
+
+    def add_metadata(self, meta: RoomMetadata) -> int | None:
+        """Record one decode rank's metadata; once every rank's is in, the decode prefix length, else None."""
+        with self._lock:
+            entry = self._rooms.setdefault(meta.room, PrefillRoom(meta.room))
+            entry.destinations[meta.session_id] = meta
+            if entry.metadata_at is None:
+                entry.metadata_at = self._clock()
+            complete = len(entry.destinations) == meta.required_dst_info_num
+            real = entry.real_destinations()
+        if not complete:
+            return None
+        return real[0].decode_prefix_len if real else 0
 
     def purge(self) -> int:
-        """Forget the metadata of rooms unclaimed for `STALE_METADATA_S`; return how many."""
+        """Forget the rooms left UNCLAIMED for `STALE_METADATA_S` since their metadata came; return how many."""
         now = self._clock()
         with self._lock:
-            stale = [r for r, t in self._metadata_at.items() if r not in self._claims and now - t > STALE_METADATA_S]
+            stale = [
+                entry.room
+                for entry in self._rooms.values()
+                if entry.state is PrefillRoomState.UNCLAIMED and now - entry.metadata_at > STALE_METADATA_S
+            ]
             for room in stale:
-                self._destinations.pop(room, None)
-                self._metadata_at.pop(room, None)
+                del self._rooms[room]
         return len(stale)
+
+    def abort(self, room: int) -> None:
+        """Nothing more of the room is planned, encoded or announced alive.
+
+        Only a claimed room is remembered ABORTED (until its sender releases it):
+        a claim starts afresh anyway, so remembering others would only grow.
+        """
+        with self._lock:
+            entry = self._rooms.get(room)
+            if entry is None:
+                return
+            entry.outgoing = None
+            if allows(entry.state, PrefillEvent.ABORT):
+                self._apply(entry, PrefillEvent.ABORT)
+
+    # --- SGLang's sender and the scheduler thread ------------------------------------------
 
     def claim(self, room: int) -> bool:
         """Claim `room` for a new sender; False if a live sender holds it (a duplicate)."""
         with self._lock:
-            if room in self._claims:
+            entry = self._rooms.get(room)
+            if entry is None:
+                self._rooms[room] = PrefillRoom(room, PrefillRoomState.CLAIMED)
+                return True
+            if entry.state.claimed:
                 return False
-            self._claims.add(room)
-            self._aborted.discard(room)
+            self._apply(entry, PrefillEvent.CLAIM)
             return True
 
     def release(self, room: int) -> None:
-        """Forget everything of the room."""
+        """The sender ended: forget everything of the room, whatever its state."""
         with self._lock:
-            self._claims.discard(room)
-            self._outgoing.pop(room, None)
-            self._alive.pop(room, None)
-            for wire in self._parts.pop(room, ()):
-                self._wires.pop(wire, None)
-            self._destinations.pop(room, None)
-            self._metadata_at.pop(room, None)
-            self._aborted.discard(room)
-
-    def abort(self, room: int) -> None:
-        """Mark the room aborted: no more of it is planned, encoded or announced alive.
-
-        Only a claimed room is remembered aborted (until its sender releases it):
-        a claim starts afresh anyway, so remembering others would only grow.
-        """
-        with self._lock:
-            if room in self._claims:
-                self._aborted.add(room)
-            self._alive.pop(room, None)
-            self._outgoing.pop(room, None)
+            self._rooms.pop(room, None)
 
     def add_chunk(
         self, room: int, pages: np.ndarray, page_size: int, count: int, is_last: bool
@@ -157,21 +202,14 @@ class PrefillRooms:
         room must fail when the prefill's token count differs from the one the
         decode ranks reserved.
         """
-        segments, problem = [], None
         with self._lock:
-            out = self._outgoing_of(room)
+            entry = self._rooms.get(room)
+            out = self._outgoing_of(entry)
             if out is None:
                 return None
-            out.slots.append(page_slots(pages, page_size, count))
-            out.computed += count
-            if out.computed > out.total or (is_last and out.computed != out.total):
-                problem = f"the decode ranks reserved {out.total} tokens, this prefill has {out.computed} to send"
-            elif out.streamed is not None:
-                problem = _streamed_mismatch(out)
-            if problem is None:
-                segments = out.take_segments(np.concatenate(out.slots))
+            segments, problem = out.add_chunk(page_slots(pages, page_size, count), is_last)
             if is_last or problem is not None:
-                self._outgoing.pop(room, None)
+                entry.outgoing = None
         return segments, problem
 
     def begin_forward(self, room: int, slots: np.ndarray) -> list[Segment]:
@@ -185,90 +223,66 @@ class PrefillRooms:
         segments were read from.
         """
         with self._lock:
-            out = self._outgoing_of(room)
-            if out is None or not out.computed < len(slots) <= out.total:
-                return []
-            slots = np.asarray(slots, dtype=np.int64)
-            segments = out.take_segments(slots)
-            if segments:
-                out.streamed = slots[: sum(out.layout[out.queued - 1])]
-            return segments
+            out = self._outgoing_of(self._rooms.get(room))
+            return [] if out is None else out.begin_forward(slots)
 
-    def busy(self, room: int) -> bool:
-        """Whether the encoder is reading the room's KV pages right now (they must not be freed)."""
-        with self._lock:
-            return room in self._encoding
+    # --- the encoder thread ----------------------------------------------------------------
 
     def start_encoding(self, room: int, failed: Callable[[int], bool]) -> list[RoomMetadata]:
-        """Mark the room busy and return its real destinations; [] (not busy) if aborted, ``failed`` or without one."""
+        """CLAIMED or ANNOUNCED -> its ENCODING state, returning the room's real destinations;
+        [] (nothing changes) if it is unclaimed, aborted, ``failed`` or without one."""
         with self._lock:
-            dests = self._real_destinations(room)
-            if room in self._aborted or failed(room) or not dests:
+            entry = self._rooms.get(room)
+            if entry is None or not entry.state.claimed or entry.state.aborted or failed(room):
                 return []
-            self._encoding.add(room)
+            dests = entry.real_destinations()
+            if dests:
+                self._apply(entry, PrefillEvent.START_ENCODING)
             return dests
 
     def end_encoding(self, room: int) -> bool:
         """The encoder is done reading the room's pages; return whether it was aborted meanwhile."""
         with self._lock:
-            self._encoding.discard(room)
-            return room in self._aborted
-
-    def not_aborted(self, rooms: Iterable[int]) -> set[int]:
-        """Those of ``rooms`` not aborted."""
-        with self._lock:
-            return {room for room in rooms if room not in self._aborted}
+            entry = self._rooms.get(room)
+            if entry is None:
+                return False
+            if entry.state.encoding:
+                self._apply(entry, PrefillEvent.END_ENCODING)
+            return entry.state.aborted
 
     def announce(self, room: int, endpoint: str, key: bytes, wire: int) -> None:
-        """The manifest of the room's part `wire` went to ``endpoint``: it hears the part is alive until `quiet`."""
+        """The manifest of the room's part `wire` went to ``endpoint``: it hears the part is alive
+        until `quiet` (an aborted room's part is only remembered, to be cancelled)."""
         with self._lock:
-            self._alive.setdefault(room, []).append((endpoint, key, wire))
-            self._wires[wire] = room
-            self._parts.setdefault(room, set()).add(wire)
-
-    def room_of(self, wire: int) -> int:
-        """The room whose part has wire id `wire` (`wire` itself if none was announced)."""
-        with self._lock:
-            return self._wires.get(wire, wire)
-
-    def wires(self, room: int) -> set[int]:
-        """The wire ids of the room's announced parts, and the room itself."""
-        with self._lock:
-            return {room, *self._parts.get(room, ())}
+            entry = self._rooms.get(room)
+            if entry is None:
+                return
+            entry.parts.append(AnnouncedPart(endpoint, key, wire))
+            if allows(entry.state, PrefillEvent.ANNOUNCE):
+                self._apply(entry, PrefillEvent.ANNOUNCE)
 
     def quiet(self, room: int) -> None:
         """No more alive messages for the room."""
         with self._lock:
-            self._alive.pop(room, None)
+            entry = self._rooms.get(room)
+            if entry is not None and allows(entry.state, PrefillEvent.QUIET):
+                self._apply(entry, PrefillEvent.QUIET)
 
-    def announced(self) -> list[tuple[int, list[tuple[str, bytes, int]]]]:
-        """Each announced room still computing, with the ``(endpoint, key, wire id)`` of its decode ranks."""
-        with self._lock:
-            return [(room, list(peers)) for room, peers in self._alive.items()]
+    # --- inside the lock -------------------------------------------------------------------
 
-    def _outgoing_of(self, room: int) -> _Outgoing | None:
-        """The room's outgoing state, made on first use; None when it has no real destination or
+    def _apply(self, entry: PrefillRoom, event: PrefillEvent) -> None:
+        """The one place a room's state changes; caller holds the lock."""
+        entry.state = advance(entry.state, event)
+
+    def _outgoing_of(self, entry: PrefillRoom | None) -> Outgoing | None:
+        """The room's outgoing tokens, made on first use; None when it has no real destination or
         was aborted. Caller holds the lock."""
-        dests = self._real_destinations(room)
-        if not dests or room in self._aborted:
+        if entry is None or entry.state.aborted:
             return None
-        out = self._outgoing.get(room)
-        if out is None:
+        dests = entry.real_destinations()
+        if not dests:
+            return None
+        if entry.outgoing is None:
             total = dests[0].num_tokens
-            out = self._outgoing[room] = _Outgoing(total, self._layout(total))
-        return out
-
-    def _real_destinations(self, room: int) -> list[RoomMetadata]:
-        """The metadata of the real (not dummy) decode ranks the room's KV goes to; caller holds the lock."""
-        return [m for m in self._destinations.get(room, {}).values() if not m.is_dummy]
-
-
-def _streamed_mismatch(out: _Outgoing) -> str | None:
-    """Why the chunks' slots differ from those segments were streamed from while computed, or None;
-    forgets the streamed slots once the chunks cover them."""
-    covered = min(out.computed, len(out.streamed))
-    if not np.array_equal(np.concatenate(out.slots)[:covered], out.streamed[:covered]):
-        return "the prefilled chunks' KV slots differ from those its segments were sent from while computed"
-    if covered == len(out.streamed):
-        out.streamed = None
-    return None
+            entry.outgoing = Outgoing(total, self._layout(total))
+        return entry.outgoing

@@ -2,18 +2,19 @@
 
 The manager hands it decode registrations, per-request metadata (a transfer
 nonce, the exact token count and the data endpoint of each decode rank) and
-abort notices; the rooms' state lives in a `PrefillRooms`. On each prefilled
-chunk the segments it completes go to the supervised `PrefillEncoder`
-thread, which snapshots their KV into the mode's streams (anchor first),
-announces the room with a manifest MAC'd by the transfer's key and hands both
-to the `PrioritySender`, whose single link sends every queued anchor byte
-before any residual byte and skips peers that do not read. The room is
-reported Success once the snapshot is taken, so SGLang may free the prefill KV
-pages. An abort that arrives while the encoder reads those pages waits for it
-(`busy`), and the streams of an aborted request are never sent. Until then, a
-supervised alive thread tells the decode ranks of each announced room that its
-prefill is still computing; the same thread forgets, now and then, the
-metadata of rooms no request ever claimed here.
+abort notices; each room is a `PrefillRoom` record in a `PrefillRooms`, its
+state one `PrefillRoomState`. On each prefilled chunk the segments it
+completes go to the supervised `PrefillEncoder` thread, which snapshots their
+KV into the mode's streams (anchor first), announces the room with a manifest
+MAC'd by the transfer's key and hands both to the `PrioritySender`, whose
+single link sends every queued anchor byte before any residual byte and skips
+peers that do not read. The room is reported Success once the snapshot is
+taken, so SGLang may free the prefill KV pages. An abort that arrives while
+the encoder reads those pages waits for it (`busy`), and the streams of an
+aborted request are never sent. Until then, a supervised alive thread tells
+the decode ranks of each announced room that its prefill is still computing;
+the same thread forgets, now and then, the metadata of rooms no request ever
+claimed here.
 """
 
 from __future__ import annotations

@@ -488,6 +488,7 @@ def test_a_captured_alive_message_replayed_does_not_keep_the_room_alive(lynx_sid
     deliver(side, [manifest.seal(key)])
     prefill = recording_prefill_side()
     monkeypatch.setattr(prefill_module, "ALIVE_EVERY_S", 0.01)
+    assert prefill.claim(ROOM)
     prefill._rooms.announce(ROOM, side.data_endpoint, key, ROOM)
     prefill.start()
     try:

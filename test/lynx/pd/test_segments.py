@@ -220,7 +220,7 @@ def test_while_the_prefill_computes_its_decode_ranks_hear_it_is_alive_until_the_
 def test_auto_mode_sends_one_stream_only_where_the_link_keeps_up_and_both_land_the_same_kv(link_gbps, sent_as):
     pair = Pair(segment_tokens=64, mode="auto", link_gbps=link_gbps)
     try:
-        pair.prefill.encoder._prefill_rate.tokens_per_s = 100.0  # this prefill takes 1.5 s for the request
+        pair.prefill.encoder._wires.rate.tokens_per_s = 100.0  # this prefill takes 1.5 s for the request
         pair.chunk(0, TOKENS, last=True)
         pair.deliver()
         # unpaced, the link's rate is unknown: progressive; 10 Gbit/s sends it well within the prefill: one stream
