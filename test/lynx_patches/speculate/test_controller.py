@@ -3,7 +3,8 @@
 The verify forward (an SGLang model pass) is replaced by logits that predict
 chosen tokens, the sampler by their argmax, and KV release by a recorder;
 everything else (the room table, holding, parking, rollback and replay, the
-finish hook, failure) is the real code.
+finish hook, failure) is the real code. The controller sees the side only
+through `DecodeSideView`: any other member it reached for would fail the test.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from lynx.request_lifecycle import Phase
 from lynx.transfer.keys import transfer_key
 from pd_fakes import SECRET, DecodeHost, FakePool, LockstepGroup, config, run_ranks, transfer_messages
 
+from lynx.pd.consumer import DecodeSideView
 from lynx.pd.decode_side import DecodeSide
-from lynx_patches.speculate import commit
+from lynx_patches.speculate import commit, verify_pass
 from lynx_patches.speculate import controller as controller_module
 from lynx_patches.speculate import hooks
 from lynx_patches.speculate.controller import SpecController
@@ -114,6 +116,26 @@ def _predict(sched, spans, logits):
     return out
 
 
+VIEW = {name for name in vars(DecodeSideView) if not name.startswith("_")} | set(DecodeSideView.__annotations__)
+
+
+class ViewOnly:
+    """A decode side of which only the members of `DecodeSideView` can be read or written."""
+
+    def __init__(self, side):
+        object.__setattr__(self, "_side", side)
+
+    def __getattr__(self, name):
+        if name not in VIEW:
+            raise AttributeError(f"{name} is not part of DecodeSideView")
+        return getattr(self._side, name)
+
+    def __setattr__(self, name, value):
+        if name not in VIEW:
+            raise AttributeError(f"{name} is not part of DecodeSideView")
+        setattr(self._side, name, value)
+
+
 def make_world(agreement=None):
     """A controller on a real decode side (one decode rank); `released` records KV releases,
     `freed` tail frees, `checkpointed` radix-cache checkpoints, `passes` verify passes."""
@@ -124,7 +146,8 @@ def make_world(agreement=None):
     side.attach(pool.view)
     scheduler = Scheduler()
     world = SimpleNamespace(
-        pool=pool, side=side, host=host, scheduler=scheduler, controller=SpecController(scheduler, side, agreement), clock=clock,
+        pool=pool, side=side, host=host, scheduler=scheduler, controller=SpecController(scheduler, ViewOnly(side), agreement),
+        clock=clock,
         released=[], freed=[], passes=[], predictions={}, checkpointed=[],
     )  # fmt: skip
     scheduler.world = world
@@ -143,8 +166,8 @@ def patched(monkeypatch):
         "sglang.srt.mem_cache.common.checkpoint_kv_cache", lambda req, tree: tree.checkpointed.append(req.rid)
     )
     monkeypatch.setattr(commit, "free_tail", lambda sched, req, keep: sched.world.freed.append((req.rid, keep)))
-    monkeypatch.setattr(controller_module, "verify_logits", _verify_logits)
-    monkeypatch.setattr(controller_module, "predict", _predict)
+    monkeypatch.setattr(verify_pass, "verify_logits", _verify_logits)
+    monkeypatch.setattr(verify_pass, "predict", _predict)
 
 
 @pytest.fixture
@@ -394,7 +417,7 @@ def test_a_verify_pass_that_fails_ends_its_requests_with_the_cause_and_the_serve
     def broken(sched, spans):
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(controller_module, "verify_logits", broken)
+    monkeypatch.setattr(verify_pass, "verify_logits", broken)
     req, frames = admit(world, "a", 1)
     req.output_ids += [1, 2]
     land_residual(world, frames)
