@@ -172,14 +172,13 @@ class SpecController:
                 state.move(Phase.VERIFYING)
                 drafted.append(req)
                 continue
-            was_parked = state.phase is Phase.PARKED
-            state.move(Phase.EXACT)
+            if state.phase is Phase.PARKED:
+                self.scheduler.waiting_queue.append(req)  # back into SGLang's queues, exact
             if req in running_batch.reqs:
                 from sglang.srt.mem_cache.common import checkpoint_kv_cache
 
                 checkpoint_kv_cache(req, self.scheduler.tree_cache)
-            if was_parked:
-                self.scheduler.waiting_queue.append(req)
+            state.move(Phase.EXACT)
             attach(req, self.metrics(req))
         if drafted:
             self._verify(drafted, running_batch)
