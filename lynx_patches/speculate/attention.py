@@ -18,6 +18,7 @@ import torch
 from torch.nn.functional import scaled_dot_product_attention
 
 from lynx_patches.speculate.verify import VERIFYING
+from lynx_patches.startup import current_config
 
 LYNX_ATTR = "_lynx_new_rows"  # on the backend: whether this process serves with --lynx
 
@@ -60,8 +61,6 @@ def attend_new_rows(
 
 def _past_a_prefix(backend, forward_batch) -> bool:
     """Whether this is a Lynx server's extend in which some request has a prefix."""
-    from lynx_patches.startup import current_config
-
     lynx = getattr(backend, LYNX_ATTR, None)
     if lynx is None:
         lynx = current_config() is not None

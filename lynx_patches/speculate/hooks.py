@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import torch
+from lynx.sampling import draw
+
 from lynx_patches import targets
 from lynx_patches.metrics import attach
 from lynx_patches.pd.registry import manager_of
 from lynx_patches.selfcheck import Hook
 from lynx_patches.speculate import attention, parallel
+from lynx_patches.speculate.controller import SpecController
 from lynx_patches.speculate.state import (
     coupled_rows,
     in_anchor_phase,
@@ -27,8 +31,6 @@ def controller_of(scheduler):
         manager = manager_of(scheduler)
         if manager is None or not manager.is_decode:
             return None
-        from lynx_patches.speculate.controller import SpecController
-
         controller = SpecController(scheduler, manager.side)
         setattr(scheduler, CONTROLLER_ATTR, controller)
         setattr(manager, WAKE_ATTR, controller.idle.wake)  # `kv_status` wakes the idle wait
@@ -36,13 +38,15 @@ def controller_of(scheduler):
 
 
 def commit_transfer(original, queue, decode_req):
-    """AROUND `DecodeTransferQueue._commit_transfer_to_req`: adopt lynx requests, record timings."""
-    from lynx_patches.pd.conn import LynxKVReceiver
+    """AROUND `DecodeTransferQueue._commit_transfer_to_req`: adopt lynx requests, record timings.
 
+    A Lynx receiver carries its decode side as `lynx_side`; other receivers (SGLang's warmup
+    fake, another backend's) have none and are left to SGLang.
+    """
     req = decode_req.req
-    if not isinstance(decode_req.kv_receiver, LynxKVReceiver):  # e.g. SGLang's warmup (fake)
+    side = getattr(decode_req.kv_receiver, "lynx_side", None)
+    if side is None:
         return original(queue, decode_req)
-    side = decode_req.kv_receiver.lynx_side
     room = req.bootstrap_room
     residual_pending = side.num_streams(room) > 1
     if residual_pending:
@@ -128,9 +132,6 @@ def sampler_forward(original, sampler, logits_output, sampling_info, *args, **kw
     The returned logprob of such a row is that of the drawn token under SGLang's
     formula for a sampled row (log-softmax of the processed logits over the temperature).
     """
-    import torch
-    from lynx.sampling import draw
-
     rows = getattr(sampling_info, "lynx_coupled_rows", None)
     if not rows:
         return original(sampler, logits_output, sampling_info, *args, **kwargs)

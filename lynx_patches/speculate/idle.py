@@ -12,7 +12,7 @@ can progress:
 * a transfer changes state (`wake`, called by the hook on SGLang's
   `update_status`: an anchor or a whole KV landed, a room failed), through a
   pipe polled with the sockets;
-* a residual lands or a room fails (`side.landed`, a thread event; while
+* a residual lands or a room fails (`landed`, the decode side's thread event; while
   requests are parked waiting for one, the poll is cut into `SLICE_S` slices
   to look at it);
 * or `MAX_WAIT_S` passes, which bounds how late anything else SGLang polls
@@ -31,6 +31,7 @@ ends the wait depends on another rank.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 
@@ -44,7 +45,7 @@ class IdleWait:
     Args:
         scheduler: SGLang's scheduler (its `is_fully_idle` and its idle sleeper's sockets,
             `scheduler_sockets`).
-        side: the decode side (`landed`).
+        landed: set by the decode side's data thread when a residual lands or a room fails.
         parked: whether requests wait for a residual outside SGLang's queues.
         ready: whether a residual applied here waits for the other decode ranks (no wait then).
     """
@@ -52,14 +53,14 @@ class IdleWait:
     def __init__(
         self,
         scheduler,
-        side,
+        landed: threading.Event,
         parked: Callable[[], bool],
         ready: Callable[[], bool] = lambda: False,
         max_wait_s: float = MAX_WAIT_S,
         clock=time.monotonic,
     ):
         self.scheduler = scheduler
-        self.landed = side.landed
+        self.landed = landed
         self.parked = parked
         self.ready = ready
         self.max_wait_s = max_wait_s

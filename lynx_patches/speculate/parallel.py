@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 
+from lynx_patches.startup import lynx_config_of
+
 ATTR = "_lynx_sample_rooms"
 MAX_TRACKED = 4096  # parts of rooms whose later parts never came (a failed prefix request)
 
@@ -49,8 +51,6 @@ class SampleRooms:
 
 def send_one_request(manager, tokenized_obj, *args, **kwargs):
     """BEFORE `TokenizerManager._send_one_request`: distinct rooms for the parts of an ``n > 1`` request."""
-    from lynx_patches.startup import lynx_config_of
-
     params = getattr(tokenized_obj, "sampling_params", None)
     room = getattr(tokenized_obj, "bootstrap_room", None)
     if room is None or params is None or getattr(params, "n", 1) <= 1:

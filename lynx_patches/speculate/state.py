@@ -5,10 +5,17 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from lynx.request_lifecycle import Phase, advance
+import logging
+
+from lynx.request_lifecycle import Phase, advance, first_phase
 from lynx.sampling import SamplingRule
 
+logger = logging.getLogger(__name__)
+
 ATTR = "lynx"
+# Drafts a grammar request may hold: its grammar is rolled back over them,
+# and grammar backends bound how far back they go (xgrammar: 200 tokens).
+GRAMMAR_MAX_DRAFTS = 128
 
 
 @dataclass
@@ -22,14 +29,13 @@ class SpecState:
         cap: speculative tokens allowed before the request waits (0 = none).
         phase: where the request is in its lifecycle (`lynx.request_lifecycle`);
             changed only by `move`.
-        grammar_drafts: held-back tokens the request's grammar has accepted
-            (it stops accepting once terminated); the verify pass rolls it
-            back by that many.
-        grammar_done: the grammar had terminated when last looked at: a
-            cached `req.grammar.is_terminated()`, an observation of the
-            grammar, not a phase of the request (which keeps drafting up to
-            its cap); it stops `grammar_drafts` from counting the drafts the
-            grammar no longer accepted.
+        grammar_end: the output length at which the request's grammar was
+            first seen terminated, None while it accepts tokens. A position in
+            the output, like `verified`, not a phase: no move of the lifecycle
+            reads it (a request whose grammar has terminated drafts, parks and
+            is verified like any other, up to its cap); it bounds
+            `grammar_drafts`, the count the verify pass rolls the grammar back
+            by, since a terminated grammar accepted none of the later drafts.
         rule: the sampling distribution; None for greedy decoding.
         seed: seeds the Gumbel noise of every sampled token (`lynx.sampling`).
         barred_from_tree: the request's own `skip_radix_cache_insert`, which
@@ -46,8 +52,7 @@ class SpecState:
     seed: int = 0
     barred_from_tree: bool = False
     phase: Phase = Phase.FRESH
-    grammar_drafts: int = 0
-    grammar_done: bool = False
+    grammar_end: int | None = None
     speculative_tokens: int = 0
     accepted_tokens: int = 0
     rollbacks: int = 0
@@ -63,6 +68,17 @@ class SpecState:
         """Held-back tokens of an output of `output_len` tokens."""
         return output_len - self.verified
 
+    def watch_grammar(self, grammar, output_len: int) -> None:
+        """Look at the request's grammar (None: it has none) with `output_len` tokens out; the first
+        time it is terminated, that length is `grammar_end`."""
+        if grammar is not None and self.grammar_end is None and grammar.is_terminated():
+            self.grammar_end = output_len
+
+    def grammar_drafts(self, output_len: int) -> int:
+        """Held-back tokens of an output of `output_len` tokens that the grammar accepted: those
+        before `grammar_end`, or all of them while it accepts."""
+        return (output_len if self.grammar_end is None else self.grammar_end) - self.verified
+
     def metrics(self) -> dict:
         return {
             "speculative_tokens": self.speculative_tokens,
@@ -72,6 +88,27 @@ class SpecState:
             "verify_s": round(sum(self.profile.values()), 6),
             **{k: round(v, 6) for k, v in self.profile.items()},
         }
+
+
+def adopted_state(req, residual_pending: bool, timings: dict, max_drafts: int) -> SpecState:
+    """The state of a request adopted with its anchor landed: ``FRESH`` while a residual is to come,
+    allowed `max_drafts` drafts unless `why_not_speculate` names a reason (then none)."""
+    reason = why_not_speculate(req)
+    cap = 0 if reason is not None else max_drafts
+    if req.grammar is not None:
+        cap = min(cap, GRAMMAR_MAX_DRAFTS)
+    state = SpecState(
+        room=req.bootstrap_room,
+        verified=len(req.output_ids),
+        cap=cap,
+        rule=sampling_rule(req.sampling_params),
+        seed=noise_seed(req),
+        timings=dict(timings),
+        phase=first_phase(residual_pending),
+    )
+    if state.phase.on_anchor and reason is not None:
+        logger.info("Lynx decode: request %s waits for its residual: %s", req.rid, reason)
+    return state
 
 
 def state_of(req) -> SpecState | None:

@@ -61,6 +61,11 @@ class Phase(enum.Enum):
         """Held outside the engine's queues."""
         return self in (Phase.FRESH_PARKED, Phase.PARKED)
 
+    @property
+    def awaits_residual(self) -> bool:
+        """On anchor past its first iteration (drafting or parked): each iteration polls its residual."""
+        return self in (Phase.DRAFTING, Phase.PARKED)
+
 
 ON_ANCHOR = frozenset({Phase.FRESH, Phase.FRESH_PARKED, Phase.DRAFTING, Phase.PARKED})
 

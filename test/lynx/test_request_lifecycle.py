@@ -77,11 +77,12 @@ def test_a_request_starts_fresh_while_its_residual_is_to_come_else_exact():
     assert first_phase(True) is P.FRESH and first_phase(False) is P.EXACT
 
 
-def test_the_phases_on_anchor_parked_and_fresh():
+def test_the_phases_on_anchor_parked_fresh_and_awaiting_their_residual():
     assert ON_ANCHOR == {P.FRESH, P.FRESH_PARKED, P.DRAFTING, P.PARKED}
     assert {p for p in Phase if p.on_anchor} == ON_ANCHOR
     assert {p for p in Phase if p.parked} == {P.FRESH_PARKED, P.PARKED}
     assert {p for p in Phase if p.fresh} == {P.FRESH, P.FRESH_PARKED}
+    assert {p for p in Phase if p.awaits_residual} == {P.DRAFTING, P.PARKED}
 
 
 def test_settling_and_parking_pick_an_allowed_move_from_the_phases_they_apply_to():

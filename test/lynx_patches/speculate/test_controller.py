@@ -3,7 +3,8 @@
 The verify forward (an SGLang model pass) is replaced by logits that predict
 chosen tokens, the sampler by their argmax, and KV release by a recorder;
 everything else (the room table, holding, parking, rollback and replay, the
-finish hook, failure) is the real code.
+finish hook, failure) is the real code. The controller sees the side only
+through `DecodeSideView`: any other member it reached for would fail the test.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from lynx.request_lifecycle import Phase
 from lynx.transfer.keys import transfer_key
 from pd_fakes import SECRET, DecodeHost, FakePool, LockstepGroup, config, run_ranks, transfer_messages
 
+from lynx.pd.consumer import DecodeSideView
 from lynx.pd.decode_side import DecodeSide
-from lynx_patches.speculate import commit
+from lynx_patches.speculate import commit, verify_pass
 from lynx_patches.speculate import controller as controller_module
 from lynx_patches.speculate import hooks
 from lynx_patches.speculate.controller import SpecController
@@ -114,6 +116,26 @@ def _predict(sched, spans, logits):
     return out
 
 
+VIEW = {name for name in vars(DecodeSideView) if not name.startswith("_")} | set(DecodeSideView.__annotations__)
+
+
+class ViewOnly:
+    """A decode side of which only the members of `DecodeSideView` can be read or written."""
+
+    def __init__(self, side):
+        object.__setattr__(self, "_side", side)
+
+    def __getattr__(self, name):
+        if name not in VIEW:
+            raise AttributeError(f"{name} is not part of DecodeSideView")
+        return getattr(self._side, name)
+
+    def __setattr__(self, name, value):
+        if name not in VIEW:
+            raise AttributeError(f"{name} is not part of DecodeSideView")
+        setattr(self._side, name, value)
+
+
 def make_world(agreement=None):
     """A controller on a real decode side (one decode rank); `released` records KV releases,
     `freed` tail frees, `checkpointed` radix-cache checkpoints, `passes` verify passes."""
@@ -124,7 +146,8 @@ def make_world(agreement=None):
     side.attach(pool.view)
     scheduler = Scheduler()
     world = SimpleNamespace(
-        pool=pool, side=side, host=host, scheduler=scheduler, controller=SpecController(scheduler, side, agreement), clock=clock,
+        pool=pool, side=side, host=host, scheduler=scheduler, controller=SpecController(scheduler, ViewOnly(side), agreement),
+        clock=clock,
         released=[], freed=[], passes=[], predictions={}, checkpointed=[],
     )  # fmt: skip
     scheduler.world = world
@@ -143,8 +166,8 @@ def patched(monkeypatch):
         "sglang.srt.mem_cache.common.checkpoint_kv_cache", lambda req, tree: tree.checkpointed.append(req.rid)
     )
     monkeypatch.setattr(commit, "free_tail", lambda sched, req, keep: sched.world.freed.append((req.rid, keep)))
-    monkeypatch.setattr(controller_module, "verify_logits", _verify_logits)
-    monkeypatch.setattr(controller_module, "predict", _predict)
+    monkeypatch.setattr(verify_pass, "verify_logits", _verify_logits)
+    monkeypatch.setattr(verify_pass, "predict", _predict)
 
 
 @pytest.fixture
@@ -374,6 +397,38 @@ def test_a_grammar_is_rolled_back_over_the_drafts_and_advanced_over_the_verified
     assert grammar.rolled_back == [3] and grammar.accepted == [7, 1, 2] and req.output_ids == [7, 1, 2]
 
 
+class _Ending(_Grammar):
+    """Terminates once it has accepted `ends_after` tokens (it accepts again when rolled back)."""
+
+    def __init__(self, ends_after):
+        super().__init__()
+        self.ends_after = ends_after
+
+    def accept_token(self, token):
+        assert not self.is_terminated(), "a terminated grammar accepts no token"
+        super().accept_token(token)
+
+    def is_terminated(self):
+        return len(self.accepted) >= self.ends_after
+
+
+def test_a_grammar_that_terminated_among_the_drafts_is_rolled_back_over_the_drafts_it_accepted(world):
+    grammar = _Ending(ends_after=3)
+    req, frames = admit(world, "a", 1, grammar=grammar)
+    grammar.accepted = [7]  # t0, as the prefill's step accepted it
+    batch = Batch([req])
+    for token in (1, 9, 3):  # SGLang's decode steps: 9 ends the grammar, which then takes no token
+        req.output_ids.append(token)
+        if not grammar.is_terminated():
+            grammar.accept_token(token)
+        world.controller.before_schedule(batch)
+    assert state_of(req).phase is Phase.PARKED and state_of(req).grammar_end == 3
+    world.predictions["a"] = [1, 9, 3]
+    land_residual(world, frames)
+    world.controller.before_schedule(batch)
+    assert grammar.rolled_back == [2] and grammar.accepted == [7, 1, 9] and req.output_ids == [7, 1, 9, 3]
+
+
 def test_a_requeued_request_gets_its_penalizer_history_back(world, monkeypatch):
     seen = []
     monkeypatch.setattr(controller_module, "penalizer_rows", lambda vocab, batch, histories: seen.append(histories) or "rows")
@@ -394,7 +449,7 @@ def test_a_verify_pass_that_fails_ends_its_requests_with_the_cause_and_the_serve
     def broken(sched, spans):
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(controller_module, "verify_logits", broken)
+    monkeypatch.setattr(verify_pass, "verify_logits", broken)
     req, frames = admit(world, "a", 1)
     req.output_ids += [1, 2]
     land_residual(world, frames)
@@ -488,3 +543,48 @@ def test_unseeded_sampled_requests_draw_the_same_noise_on_every_decode_rank(two_
         return state_of(req).seed
 
     assert len(set(run_ranks(two_ranks, sampled))) == 1
+
+
+def test_one_iteration_moves_each_request_by_its_own_phase(world):
+    aborted, _ = admit(world, "aborted", 1)
+    aborted.output_ids += [1, 2, 3]
+    world.controller.before_schedule(Batch([aborted]))  # parked at its cap
+    aborted.to_finish = "abort"
+    done, _ = admit(world, "done", 2)
+    done.finished_reason = "stop"  # SGLang finished it in the last step
+    landed, frames = admit(world, "landed", 3)
+    landed.output_ids += [1, 2]
+    world.predictions["landed"] = [1, 2]
+    land_residual(world, frames)
+    failed, _ = admit(world, "failed", 4)
+    failed.output_ids += [1]
+    world.side.on_prefill_failure(4, "prefill out of memory")
+    pending, _ = admit(world, "pending", 5)
+    pending.output_ids += [1]
+    capped, _ = admit(world, "capped", 6)
+    capped.output_ids += [1, 2, 3]
+    held, _ = admit(world, "held", 7, first_iteration_over=False, custom_logit_processor="processor")
+    world.scheduler.waiting_queue.append(held)
+    batch = Batch([landed, failed, pending, capped])
+    world.controller.before_schedule(batch)
+    reqs = (aborted, done, landed, failed, pending, capped, held)
+    assert {r.rid: state_of(r).phase for r in reqs} == {
+        "aborted": Phase.PARKED,  # finished in the phase it was in
+        "done": Phase.DRAFTING,
+        "landed": Phase.REQUEUED,
+        "failed": Phase.FAILED,
+        "pending": Phase.DRAFTING,
+        "capped": Phase.PARKED,
+        "held": Phase.FRESH_PARKED,
+    }
+    assert set(world.controller.reqs) == {"landed", "pending", "capped", "held"}
+    assert batch.reqs == [pending] and world.scheduler.waiting_queue == [landed]
+    assert world.passes == [[("landed", 0, 2)]]
+    assert world.released == [("aborted", False), ("failed", False)]
+    assert world.scheduler.streamed == [aborted, failed, held]
+
+
+def test_the_controller_reaches_the_decode_side_only_through_the_view(world):
+    assert world.controller.side.landed is world.side.landed
+    with pytest.raises(AttributeError, match="claim is not part of DecodeSideView"):
+        world.controller.side.claim(1)

@@ -48,3 +48,10 @@ def test_held_back_tokens_and_empty_chunks_are_never_streamed():
     for req in (held, nothing_new, fresh, first):
         hooks.stream_accept(original, None, req=req)
     assert streamed == [fresh, first]
+
+
+def test_a_receiver_without_a_lynx_side_is_left_to_sglang():
+    scheduler = SimpleNamespace()
+    decode_req = SimpleNamespace(req=SimpleNamespace(rid="warmup"), kv_receiver=SimpleNamespace())
+    committed = hooks.commit_transfer(lambda queue, d: d.req.rid, SimpleNamespace(scheduler=scheduler), decode_req)
+    assert committed == "warmup" and not hasattr(scheduler, hooks.CONTROLLER_ATTR)

@@ -30,9 +30,9 @@ def _waiter(pull=None, fully_idle=False, parked=False, max_wait_s=5.0):
     if pull is not None:
         poller.register(pull, zmq.POLLIN)
     scheduler = SimpleNamespace(is_fully_idle=lambda: fully_idle, idle_sleeper=SimpleNamespace(poller=poller))
-    side = SimpleNamespace(landed=threading.Event())
-    waiter = IdleWait(scheduler, side, parked=lambda: parked, max_wait_s=max_wait_s)
-    return waiter, side
+    landed = threading.Event()
+    waiter = IdleWait(scheduler, landed, parked=lambda: parked, max_wait_s=max_wait_s)
+    return waiter, landed
 
 
 def _timed(waiter) -> float:
@@ -67,8 +67,8 @@ def test_a_transfer_update_ends_the_wait_and_is_consumed():
 
 
 def test_a_landed_residual_ends_the_wait_of_parked_requests():
-    waiter, side = _waiter(parked=True)
-    threading.Timer(0.02, side.landed.set).start()
+    waiter, landed = _waiter(parked=True)
+    threading.Timer(0.02, landed.set).start()
     assert _timed(waiter) < 1.0
 
 
@@ -89,5 +89,5 @@ def test_a_rank_without_request_sockets_waits_no_longer_than_the_bound():
     """Ranks above 0 have no idle sleeper: nothing but the bound ends their wait, so a rank 0
     blocked in a collective waits at most that long for them."""
     scheduler = SimpleNamespace(is_fully_idle=lambda: False, idle_sleeper=None)
-    waiter = IdleWait(scheduler, SimpleNamespace(landed=threading.Event()), parked=lambda: True, max_wait_s=0.05)
+    waiter = IdleWait(scheduler, threading.Event(), parked=lambda: True, max_wait_s=0.05)
     assert 0.05 <= _timed(waiter) < 1.0
