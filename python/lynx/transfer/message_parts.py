@@ -155,8 +155,8 @@ class Decimals(Part):
 
     def unpack(self, data: bytes) -> tuple:
         name = self.names[0]
-        if len(data) > 21 * self.max_count:
-            raise MessageError(f"{name}: {len(data)} bytes, too long for {self.max_count} ints")
+        if data.count(b",") >= self.max_count or len(data) > 21 * self.max_count:
+            raise MessageError(f"{name}: more than {self.max_count} ints, or over {21 * self.max_count} bytes")
         values = tuple(_parse_int(name, item, 0, U64_MAX) for item in data.split(b",")) if data else ()
         if self.record is None:
             return (values,)
