@@ -7,7 +7,7 @@ serializer; `Family` decodes whichever of several types a kind tag names. The
 pd control messages (`lynx.pd.control`), the Mooncake control messages
 (`lynx.transfer.mooncake.control`) and the manifest body (`lynx.manifest`) use it.
 
-Part codecs (one wire part each, except `Parts`):
+Part codecs (`message_parts`, `message_json`; one wire part each, except `Parts`):
 
 * ``Const(b"G")``: a fixed part (a kind tag), no field.
 * ``Text(f)``: UTF-8, at most ``max_bytes``.
@@ -26,7 +26,8 @@ Part codecs (one wire part each, except `Parts`):
 counts, sizes, every value's type and range, then builds the dataclass (its
 ``__post_init__`` and the type's ``check`` run too) and raises `MessageError`,
 a ValueError naming the message and the field. MACs are not this module's
-business: `lynx.transfer.frames` seals and opens the parts.
+business: `lynx.transfer.frames` seals and opens the parts, and the Mooncake
+``Session`` signs the encoded fields.
 """
 
 from __future__ import annotations
