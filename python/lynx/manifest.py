@@ -11,14 +11,14 @@ from another transfer never verifies.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
 from lynx.codec import FORMAT_VERSION
 from lynx.kvwire import KVShape, WireFormat
 from lynx.transfer import frames
+from lynx.transfer.messages import Json, MessageError, decode, encode, message
 
 MANIFEST_TAG = b"LYNX_MANIFEST"
 MANIFEST_VERSION = 5
@@ -48,6 +48,7 @@ def wire_version() -> str:
             f"metadata v{METADATA_VERSION}")  # fmt: skip
 
 
+@message(Json(MAX_MANIFEST_BYTES, MAX_MANIFEST_DEPTH))
 @dataclass(frozen=True)
 class Manifest:
     """What one request's transfer carries.
@@ -102,25 +103,15 @@ class Manifest:
         return KVShape(self.num_layers, self.num_tokens, self.kv_heads, self.head_dim, _DTYPES[self.dtype])
 
     def to_bytes(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        return encode(self)[0]
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:
         """Parse a body; ManifestError names what is wrong (types included). A body over
         `MAX_MANIFEST_BYTES`, or nested deeper than `MAX_MANIFEST_DEPTH`, is refused before parsing."""
-        if len(data) > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"a manifest of {len(data)} bytes exceeds {MAX_MANIFEST_BYTES}")
-        depth = json_depth(data)
-        if depth > MAX_MANIFEST_DEPTH:
-            raise ManifestError(f"a manifest nested {depth} deep; a manifest nests {MAX_MANIFEST_DEPTH} deep at most")
         try:
-            fields = json.loads(data)
-            if not isinstance(fields, dict):
-                raise ManifestError("a manifest is a JSON object")
-            return cls(**fields)
-        except ManifestError:
-            raise
-        except (ValueError, TypeError) as exc:
+            return decode(cls, [data])
+        except MessageError as exc:
             raise ManifestError(f"malformed transfer manifest: {exc}") from None
 
     def seal(self, key: bytes) -> list[bytes]:
@@ -194,29 +185,6 @@ def open_manifest(parts: list[bytes], key: bytes) -> Manifest:
     if manifest.room != room:
         raise ManifestError(f"manifest body names room {manifest.room}, its envelope room {room}")
     return manifest
-
-
-def json_depth(data: bytes) -> int:
-    """How deep the arrays and objects of a JSON text nest (brackets inside strings not counted),
-    in one pass without recursion."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in bytes(data):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in (0x5D, 0x7D):  # ] }
-            depth -= 1
-    return deepest
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -113,7 +113,7 @@ def test_deeply_nested_json_is_refused_before_it_is_parsed(body):
 def test_brackets_inside_strings_do_not_count_as_nesting():
     import json
 
-    from lynx.manifest import json_depth
+    from lynx.transfer.messages import json_depth
 
     body = json.loads(_manifest().to_bytes())
     body["preset"] = 'int8 [[[{{\\"[[['

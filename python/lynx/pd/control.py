@@ -6,6 +6,8 @@ peer without the secret can neither register a decode rank, nor claim a
 request's KV, nor fake a transfer status. A request's metadata carries a fresh
 transfer nonce (the key of its manifest and frame MACs) and the decode rank's
 data endpoint, so a message recorded earlier cannot steer a later transfer.
+The messages are typed dataclasses; `lynx.transfer.messages` turns them into
+SGLang's positional parts and back, checking every field.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from lynx.heads import HeadShard
 from lynx.transfer.frames import seal, unseal
 from lynx.transfer.keys import NONCE_BYTES
+from lynx.transfer.messages import Const, Decimal, Decimals, Flag, MessageError, Raw, Text, decode, encode, message
 
 REGISTER_TAG = b"None"  # SGLang's marker for a registration message
 STATUS_TAG = b"LYNX_STATUS"
@@ -71,6 +74,10 @@ def _check_address(address: str, host: str, endpoint: str) -> None:
         raise ControlError(f"data endpoint {endpoint!r} is not on the sending decode rank's address {host}")
 
 
+@message(
+    Const(REGISTER_TAG), Text("ip"), Decimal("port"), Text("session_id"), Decimal("tp_rank"), Decimal("attn_tp_size"),
+    Decimals("aux_item_lens"), Text("wire_version"), Decimal("issued_ns"), Decimals("heads", record=HeadShard),
+)  # fmt: skip
 @dataclass(frozen=True)
 class DecodeRegistration:
     """A decode rank introducing itself to a prefill rank.
@@ -92,32 +99,21 @@ class DecodeRegistration:
     heads: HeadShard
 
     def to_parts(self) -> list[bytes]:
-        fields = (self.ip, self.port, self.session_id, self.tp_rank, self.attn_tp_size)
-        shard = self.heads
-        return [
-            REGISTER_TAG,
-            *(str(f).encode() for f in fields),
-            ",".join(str(n) for n in self.aux_item_lens).encode(),
-            self.wire_version.encode(),
-            str(self.issued_ns).encode(),
-            f"{shard.tp_size},{shard.tp_rank},{shard.heads},{shard.real_heads},{int(shard.replicated)}".encode(),
-        ]
+        return encode(self)
 
     @classmethod
     def from_parts(cls, parts: list[bytes]) -> DecodeRegistration:
         try:
-            if len(parts) != 10:
-                raise ValueError(f"{len(parts)} parts, expected 10 (is the decode server's Lynx older?)")
-            lens = tuple(int(x) for x in parts[6].decode().split(",") if x)
-            size, rank, heads, real, replicated = (int(x) for x in parts[9].decode().split(","))
-            return cls(
-                parts[1].decode(), int(parts[2]), parts[3].decode(), int(parts[4]), int(parts[5]),
-                lens, parts[7].decode(), int(parts[8]), HeadShard(size, rank, heads, real, bool(replicated)),
-            )  # fmt: skip
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ControlError(f"malformed decode registration: {exc}") from None
+            return decode(cls, parts)
+        except MessageError as exc:
+            raise ControlError(f"malformed decode registration (is the decode server's Lynx older?): {exc}") from None
 
 
+@message(
+    Decimal("room"), Decimal("dst_port"), Decimal("required_dst_info_num"), Decimal("decode_prefix_len"),
+    Decimal("num_tokens"), Decimal("draft_window_ms"), Text("endpoint"), Text("session_id"), Flag("is_dummy"),
+    Raw("nonce", NONCE_BYTES), Text("data_endpoint"),
+)  # fmt: skip
 @dataclass(frozen=True)
 class RoomMetadata:
     """What a decode rank expects of one request's transfer (SGLang's TransferInfo).
@@ -150,30 +146,11 @@ class RoomMetadata:
     draft_window_ms: int = 0
 
     def to_parts(self) -> list[bytes]:
-        numbers = (self.room, self.dst_port, self.required_dst_info_num, self.decode_prefix_len, self.num_tokens,
-                   self.draft_window_ms)  # fmt: skip
-        return [
-            *(str(n).encode() for n in numbers),
-            self.endpoint.encode(),
-            self.session_id.encode(),
-            b"1" if self.is_dummy else b"0",
-            bytes(self.nonce),
-            self.data_endpoint.encode(),
-        ]
+        return encode(self)
 
     @classmethod
     def from_parts(cls, parts: list[bytes]) -> RoomMetadata:
         try:
-            if len(parts) != 11:
-                raise ValueError(f"{len(parts)} parts, expected 11")
-            room, port, required, prefix, tokens, window = (int(p) for p in parts[:6])
-            if room < 0 or prefix < 0 or tokens < 0 or window < 0:
-                raise ValueError("negative room, prefix, token count or draft window")
-            if len(parts[9]) != NONCE_BYTES:
-                raise ValueError(f"nonce of {len(parts[9])} bytes")
-            return cls(
-                room, parts[6].decode(), port, parts[7].decode(), required, parts[8] == b"1",
-                prefix, tokens, bytes(parts[9]), parts[10].decode(), window,
-            )  # fmt: skip
-        except (ValueError, UnicodeDecodeError) as exc:
+            return decode(cls, parts)
+        except MessageError as exc:
             raise ControlError(f"malformed room metadata: {exc}") from None

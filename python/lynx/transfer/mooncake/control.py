@@ -28,11 +28,12 @@ forged without the secret nor replayed into another session or out of order
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, replace
 from urllib.parse import parse_qs, urlencode
 
+from lynx.transfer import messages
 from lynx.transfer.frames import MAC_BYTES, sign, verify
+from lynx.transfer.messages import Const, Family, MessageError, Packed, Parts, Raw, Text, message
 
 CONTROL_VERSION = 2
 NONCE_BYTES = 16
@@ -40,10 +41,7 @@ INLINE_MAX = 4096
 MAX_PARTS = 16
 NO_SLOT = (1 << 32) - 1
 SCHEME = "mooncake://"
-
-_GRANT = struct.Struct("!QH")  # also a Release: seq, slot count, then the slots
-_NOTIFY = struct.Struct("!QIH")
-_WANT = struct.Struct("!Q")
+REASON_BYTES = 1024
 
 
 class ControlError(ValueError):
@@ -104,23 +102,27 @@ class MooncakeEndpoint:
         return endpoint
 
 
+@message(Const(b"H"), Raw("nonce", NONCE_BYTES), Packed("B", "version"))
 @dataclass(frozen=True)
 class Hello:
     nonce: bytes
     version: int = CONTROL_VERSION
 
 
+@message(Const(b"C"), Raw("nonce", NONCE_BYTES), Raw("tag", MAC_BYTES))
 @dataclass(frozen=True)
 class Challenge:
     nonce: bytes
     tag: bytes
 
 
+@message(Const(b"A"), Raw("tag", MAC_BYTES))
 @dataclass(frozen=True)
 class Auth:
     tag: bytes
 
 
+@message(Const(b"G"), Packed("Q", "seq", array="slots", min_items=1), Raw("tag", MAC_BYTES))
 @dataclass(frozen=True)
 class Grant:
     seq: int
@@ -128,6 +130,16 @@ class Grant:
     tag: bytes = b""
 
 
+def _check_notify(notify: Notify) -> None:
+    expected = [length for length in notify.lengths if is_inline(length)]
+    if [len(part) for part in notify.inline] != expected:
+        raise ValueError("inline parts disagree with the lengths the notification declares")
+    if (notify.slot == NO_SLOT) != all(is_inline(length) for length in notify.lengths):
+        raise ValueError("a notification names a slot exactly when some part lies in the arena")
+
+
+@message(Const(b"N"), Packed("QI", "seq", "slot", array="lengths", max_items=MAX_PARTS),
+         Parts("inline", MAX_PARTS, INLINE_MAX), Raw("tag", MAC_BYTES), check=_check_notify)
 @dataclass(frozen=True)
 class Notify:
     """One message: ``lengths`` of all its parts; the inline ones (``is_inline``) in order in ``inline``,
@@ -140,6 +152,7 @@ class Notify:
     tag: bytes = b""
 
 
+@message(Const(b"L"), Packed("Q", "seq", array="slots", min_items=1), Raw("tag", MAC_BYTES))
 @dataclass(frozen=True)
 class Release:
     """The sender gives back ``slots`` granted to it and wants no more until its next ``Want``."""
@@ -149,6 +162,7 @@ class Release:
     tag: bytes = b""
 
 
+@message(Const(b"W"), Packed("Q", "seq"), Raw("tag", MAC_BYTES))
 @dataclass(frozen=True)
 class Want:
     """The sender has messages to write again: grant it slots."""
@@ -157,11 +171,13 @@ class Want:
     tag: bytes = b""
 
 
+@message(Const(b"R"), Text("reason", REASON_BYTES, lenient=True))
 @dataclass(frozen=True)
 class Reset:
     reason: str
 
 
+@message(Const(b"P"))
 @dataclass(frozen=True)
 class Ping:
     pass
@@ -170,7 +186,7 @@ class Ping:
 Message = Hello | Challenge | Auth | Grant | Notify | Release | Want | Reset | Ping
 Signed = Grant | Notify | Release | Want
 _LABELS = {Grant: b"grant", Notify: b"notify", Release: b"release", Want: b"want"}
-_KINDS = {Grant: b"G", Notify: b"N", Release: b"L", Want: b"W"}
+_FAMILY = Family(Hello, Challenge, Auth, Grant, Notify, Release, Want, Reset, Ping)
 
 
 class Session:
@@ -202,76 +218,19 @@ class Session:
         return verify(self._key, message.tag, *self._signed(message))
 
     def _signed(self, message: Signed) -> tuple[bytes, ...]:
-        return (_LABELS[type(message)], *self._nonces, *_fields(message)[:-1])
+        return (_LABELS[type(message)], *self._nonces, *encode(message)[1:-1])
 
 
 def encode(message: Message) -> list[bytes]:
     """The ZeroMQ parts of a control message."""
-    if isinstance(message, Hello):
-        return [b"H", message.nonce, bytes([message.version])]
-    if isinstance(message, Challenge):
-        return [b"C", message.nonce, message.tag]
-    if isinstance(message, Auth):
-        return [b"A", message.tag]
-    if isinstance(message, Reset):
-        return [b"R", message.reason.encode()[:1024]]
-    if isinstance(message, Ping):
-        return [b"P"]
-    return [_KINDS[type(message)], *_fields(message)]
+    return messages.encode(message)
 
 
 def decode(parts: list[bytes]) -> Message:
     """Parse a control message; raise ControlError if it is malformed (MACs are checked by ``Session``)."""
-    if not parts:
-        raise ControlError("empty control message")
-    kind, rest = bytes(parts[0]), [bytes(part) for part in parts[1:]]
+    if len(parts) == 2 and bytes(parts[0]) == b"H":
+        parts = [*parts, bytes([1])]  # the first version's hello carried no version
     try:
-        if kind == b"H" and len(rest) in (1, 2) and len(rest[0]) == NONCE_BYTES:
-            if len(rest) == 2 and len(rest[1]) != 1:
-                raise ControlError("a hello's version is one byte")
-            return Hello(rest[0], rest[1][0] if len(rest) == 2 else 1)  # version 1 sent none
-        if kind == b"C" and len(rest) == 2 and len(rest[0]) == NONCE_BYTES and len(rest[1]) == MAC_BYTES:
-            return Challenge(rest[0], rest[1])
-        if kind == b"A" and len(rest) == 1 and len(rest[0]) == MAC_BYTES:
-            return Auth(rest[0])
-        if kind == b"R" and len(rest) == 1:
-            return Reset(rest[0].decode(errors="replace"))
-        if kind == b"P" and not rest:
-            return Ping()
-        if kind in (b"G", b"L") and len(rest) == 2 and len(rest[1]) == MAC_BYTES:
-            seq, count = _GRANT.unpack_from(rest[0])
-            if count == 0 or len(rest[0]) != _GRANT.size + 4 * count:
-                raise ControlError("a grant or release names no slot, or its size disagrees with its slot count")
-            slots = struct.unpack_from(f"!{count}I", rest[0], _GRANT.size)
-            return (Grant if kind == b"G" else Release)(seq, slots, rest[1])
-        if kind == b"W" and len(rest) == 2 and len(rest[0]) == _WANT.size and len(rest[1]) == MAC_BYTES:
-            return Want(_WANT.unpack(rest[0])[0], rest[1])
-        if kind == b"N" and len(rest) >= 2 and len(rest[-1]) == MAC_BYTES:
-            return _decode_notify(rest[0], rest[1:-1], rest[-1])
-    except struct.error as exc:
-        raise ControlError(f"truncated control message: {exc}") from exc
-    raise ControlError(f"malformed control message of kind {kind[:8]!r} with {len(rest)} more parts")
-
-
-def _decode_notify(head: bytes, inline: list[bytes], tag: bytes) -> Notify:
-    seq, slot, count = _NOTIFY.unpack_from(head)
-    if count > MAX_PARTS or len(head) != _NOTIFY.size + 4 * count:
-        raise ControlError(f"notification with {count} parts (at most {MAX_PARTS}) or a wrong size")
-    lengths = struct.unpack_from(f"!{count}I", head, _NOTIFY.size)
-    expected = [length for length in lengths if is_inline(length)]
-    if [len(part) for part in inline] != expected:
-        raise ControlError("inline parts disagree with the lengths the notification declares")
-    if (slot == NO_SLOT) != all(is_inline(length) for length in lengths):
-        raise ControlError("a notification names a slot exactly when some part lies in the arena")
-    return Notify(seq, slot, lengths, tuple(inline), tag)
-
-
-def _fields(message: Signed) -> list[bytes]:
-    """The parts after the kind: packed fields, inline parts, then the tag."""
-    if isinstance(message, (Grant, Release)):
-        return [_GRANT.pack(message.seq, len(message.slots)) + struct.pack(f"!{len(message.slots)}I", *message.slots),
-                message.tag]
-    if isinstance(message, Want):
-        return [_WANT.pack(message.seq), message.tag]
-    head = _NOTIFY.pack(message.seq, message.slot, len(message.lengths))
-    return [head + struct.pack(f"!{len(message.lengths)}I", *message.lengths), *message.inline, message.tag]
+        return _FAMILY.decode(parts)
+    except MessageError as exc:
+        raise ControlError(f"malformed control message: {exc}") from None

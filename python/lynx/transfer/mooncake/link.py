@@ -1,4 +1,4 @@
-"""One sender's path to one Mooncake listener: control connection, credits, and the write pipeline.
+"""One sender's path to one Mooncake listener: credits and the write pipeline over its control `channel`.
 
 A ``Link`` runs one thread. Messages queued by ``put`` (already copied into
 ``Staging``) are written with the engine into slots the listener granted,
@@ -22,26 +22,10 @@ from dataclasses import dataclass
 
 import zmq
 
-from lynx.transfer.mooncake.control import (
-    NO_SLOT,
-    NONCE_BYTES,
-    Auth,
-    Challenge,
-    ControlError,
-    Grant,
-    Hello,
-    MooncakeEndpoint,
-    Notify,
-    Ping,
-    Release,
-    Reset,
-    Session,
-    Want,
-    decode,
-    encode,
-)
-from lynx.transfer.mooncake.credits import SenderCredits
 from lynx.transfer.keys import CurveKeys
+from lynx.transfer.mooncake.channel import LinkFailure, SenderChannel
+from lynx.transfer.mooncake.control import NO_SLOT, Grant, MooncakeEndpoint, Notify, Ping, Release, Session, Want
+from lynx.transfer.mooncake.credits import SenderCredits
 from lynx.transfer.mooncake.engine import MooncakeEngine, WriteStatus
 from lynx.transfer.mooncake.staging import Staging
 from lynx.transfer.transport import TransportError
@@ -74,10 +58,6 @@ class LinkState(enum.Enum):
     READY = "ready"
     FAILED = "failed"
     CLOSED = "closed"
-
-
-class _LinkFailure(Exception):
-    """Ends a link; the message says why."""
 
 
 @dataclass(eq=False)
@@ -186,24 +166,15 @@ class Link:
                 pass
 
     def _run(self) -> None:
-        socket = self._context.socket(zmq.DEALER)
-        for option, value in ((zmq.LINGER, 0), (zmq.IMMEDIATE, 1), (zmq.SNDHWM, 1024), (zmq.RCVHWM, 1024),
-                              (zmq.SNDTIMEO, max(1, round(self.timeout_s * 1000))), (zmq.MAXMSGSIZE, 1 << 16)):
-            socket.setsockopt(option, value)
-        if self._config.curve is not None:
-            curve = self._config.curve
-            socket.curve_serverkey, socket.curve_publickey = curve.server_public, curve.client_public
-            socket.curve_secretkey = curve.client_secret
-        poller = zmq.Poller()
-        poller.register(socket, zmq.POLLIN)
-        poller.register(self._wake_read, zmq.POLLIN)
+        config = self._config
+        channel = SenderChannel(self._context, self.endpoint.control, config.key, self.timeout_s, config.curve,
+                                self._wake_read)
         failed = False
         try:
-            socket.connect(self.endpoint.control)
-            session = self._handshake(socket, poller)
+            session = channel.handshake(self._closing)
             self._transition(LinkState.READY)
-            self._pump(socket, poller, session)
-        except (_LinkFailure, TransportError) as exc:
+            self._pump(channel, session)
+        except (LinkFailure, TransportError) as exc:
             failed = True
             self._transition(LinkState.FAILED, f"Mooncake send to {self.text} failed: {exc}")
         except Exception as exc:
@@ -211,38 +182,10 @@ class Link:
             logger.exception("Mooncake link to %s crashed", self.text)
             self._transition(LinkState.FAILED, f"Mooncake send to {self.text} failed: {type(exc).__name__}: {exc}")
         finally:
-            socket.close(linger=0)
+            channel.close()
             self._settle(drain=failed)
 
-    def _handshake(self, socket: zmq.Socket, poller: zmq.Poller) -> Session:
-        deadline = time.monotonic() + self.timeout_s
-        nonce = os.urandom(NONCE_BYTES)
-        self._send(socket, Hello(nonce))
-        challenge = self._expect(socket, poller, Challenge, deadline)
-        session = Session(self._config.key, nonce, challenge.nonce)
-        if not session.challenge_ok(challenge.tag):
-            raise _LinkFailure("the listener does not hold our shared secret (challenge MAC mismatch)")
-        self._send(socket, Auth(session.auth_tag()))
-        return session
-
-    def _expect(self, socket: zmq.Socket, poller: zmq.Poller, kind: type, deadline: float):
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _LinkFailure(f"no answer from the listener within {self.timeout_s:g} s: dead, unreachable, "
-                                   "or it does not accept our shared secret")
-            if self._closing():
-                raise _LinkFailure("closed")
-            if socket in dict(poller.poll(max(1, round(remaining * 1000)))):
-                message = self._receive(socket)
-                if isinstance(message, kind):
-                    return message
-                if isinstance(message, Ping):
-                    continue
-                raise _LinkFailure(f"expected {kind.__name__} from the listener, got {type(message).__name__}")
-            self._clear_wake()
-
-    def _pump(self, socket: zmq.Socket, poller: zmq.Poller, session: Session) -> None:
+    def _pump(self, channel: SenderChannel, session: Session) -> None:
         """Move messages: grants in, writes out, notifications in order, slots given back while
         idle; fail on any deadline."""
         credits = SenderCredits(self.endpoint.slots, self._config.release_after_s)
@@ -250,19 +193,19 @@ class Link:
         starved_since: float | None = None
         interval = POLL_MIN_S
         while not self._closing():
-            while socket.poll(0):
-                message = self._receive(socket)
+            while channel.pending():
+                message = channel.receive()
                 if isinstance(message, Ping):
                     continue
                 if not isinstance(message, Grant):
-                    raise _LinkFailure(f"unexpected {type(message).__name__} from the listener")
+                    raise LinkFailure(f"unexpected {type(message).__name__} from the listener")
                 problem = "a bad MAC" if not session.check(message) else credits.accept(message)
                 if problem is not None:
-                    raise _LinkFailure(f"the listener sent a grant with {problem}")
+                    raise LinkFailure(f"the listener sent a grant with {problem}")
             pending, landed = self._poll_writes()
             while self._inflight and self._inflight[0].written:
                 job = self._inflight[0]
-                self._send(socket, session.sign(Notify(seq, job.slot, job.lengths, job.inline)))
+                channel.send(session.sign(Notify(seq, job.slot, job.lengths, job.inline)))
                 seq += 1
                 with self._cond:
                     self._inflight.popleft()
@@ -273,25 +216,24 @@ class Link:
                 waiting, busy = bool(self._jobs), bool(self._jobs or self._inflight)
             released = credits.to_release(busy, now)
             if released:
-                self._send(socket, session.sign(Release(seq, released)))
+                channel.send(session.sign(Release(seq, released)))
                 seq += 1
             if credits.to_want(waiting):
-                self._send(socket, session.sign(Want(seq)))
+                channel.send(session.sign(Want(seq)))
                 seq += 1
             starved_since = (starved_since or now) if waiting and not started else None
             if starved_since is not None and now - starved_since > self.timeout_s:
-                raise _LinkFailure(f"no credit from the listener for {self.timeout_s:g} s: it is not reading or gone")
+                raise LinkFailure(f"no credit from the listener for {self.timeout_s:g} s: it is not reading or gone")
             if pending:
                 if pending[0].started_at + self.timeout_s < now:
-                    raise _LinkFailure(f"a {pending[0].nbytes}-byte write did not complete within {self.timeout_s:g} s")
+                    raise LinkFailure(f"a {pending[0].nbytes}-byte write did not complete within {self.timeout_s:g} s")
                 interval = POLL_MIN_S if landed or started else min(2 * interval, POLL_MAX_S)
                 time.sleep(interval)
             elif not started:
                 wait = self.timeout_s / 4 if starved_since is None else starved_since + self.timeout_s - now
                 due = credits.release_due()
                 wait = wait if due is None else min(wait, due - now)
-                poller.poll(max(1, round(wait * 1000) + 1))
-                self._clear_wake()
+                channel.wait(wait + 1e-3)
 
     def _poll_writes(self) -> tuple[list[Job], bool]:
         """Poll writes in flight; return those still pending and whether any landed. A failed write fails the link."""
@@ -302,7 +244,7 @@ class Link:
             status = self._engine.status(job.handle)
             if status is WriteStatus.FAILED:
                 job.handle = None
-                raise _LinkFailure(f"Mooncake failed a {job.nbytes}-byte write to {self.endpoint.session}")
+                raise LinkFailure(f"Mooncake failed a {job.nbytes}-byte write to {self.endpoint.session}")
             if status is WriteStatus.DONE:
                 job.written, job.handle, landed = True, None, True
                 self._staging.release(job.staging)
@@ -349,29 +291,6 @@ class Link:
                 continue
             self._staging.release(job.staging)
 
-    def _send(self, socket: zmq.Socket, message) -> None:
-        try:
-            socket.send_multipart(encode(message))
-        except zmq.Again as exc:
-            raise _LinkFailure(f"the listener's control socket took nothing for {self.timeout_s:g} s: dead, "
-                               "unreachable, not reading, or it does not accept our shared secret") from exc
-
-    def _receive(self, socket: zmq.Socket):
-        try:
-            message = decode(socket.recv_multipart(zmq.NOBLOCK))
-        except ControlError as exc:
-            raise _LinkFailure(f"malformed control message from the listener: {exc}") from exc
-        if isinstance(message, Reset):
-            raise _LinkFailure(f"the listener ended the session: {message.reason}")
-        return message
-
     def _closing(self) -> bool:
         with self._cond:
             return self._state is LinkState.CLOSED
-
-    def _clear_wake(self) -> None:
-        try:
-            while os.read(self._wake_read, 4096):
-                pass
-        except BlockingIOError:
-            pass

@@ -27,46 +27,21 @@ What is authenticated (the threat model):
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 import zmq
 
 from lynx.transfer.keys import curve_keys
-from lynx.transfer.mooncake.control import (
-    CONTROL_VERSION,
-    NO_SLOT,
-    NONCE_BYTES,
-    Auth,
-    Challenge,
-    ControlError,
-    Grant,
-    Hello,
-    MooncakeEndpoint,
-    Notify,
-    Ping,
-    Release,
-    Reset,
-    Session,
-    Signed,
-    Want,
-    decode,
-    encode,
-    is_inline,
-)
-from lynx.transfer.mooncake.credits import Credits, Peer, PeerState
+from lynx.transfer.mooncake.control import NO_SLOT, MooncakeEndpoint, Notify, is_inline
+from lynx.transfer.mooncake.credits import Credits
 from lynx.transfer.mooncake.engine import MooncakeEngine
+from lynx.transfer.mooncake.sessions import SenderSessions
 from lynx.transfer.transport import Listener, TransportError
 from lynx.transfer.zmq_transport import ZapHandler
 
-logger = logging.getLogger(__name__)
-
-MAX_PENDING_HANDSHAKES = 64
 MAX_CONTROL_PART = 1 << 16
 PROBE_INTERVAL_S = 1.0
 
@@ -168,9 +143,9 @@ class MooncakeListener(Listener):
         ))
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
-        self._handshakes: OrderedDict[bytes, tuple[bytes, bytes]] = OrderedDict()
+        self._sessions = SenderSessions(self._socket, self._key, self._credits, slot_bytes)
         self._held: int | None = None
-        self._messages = self._rejected = 0
+        self._messages = 0
         self._next_probe = time.monotonic() + PROBE_INTERVAL_S
         self._lock = threading.Lock()
         self._closed = False
@@ -182,7 +157,7 @@ class MooncakeListener(Listener):
 
     def stats(self) -> ListenerStats:
         with self._lock:
-            return ListenerStats(len(self._credits.active()), self._credits.free, self._messages, self._rejected)
+            return ListenerStats(len(self._credits.active()), self._credits.free, self._messages, self._sessions.rejected)
 
     def recv(self, timeout_s: float) -> list[bytes | memoryview] | None:
         """The next message's parts (see ``copy`` for who owns them), or None after ``timeout_s`` seconds."""
@@ -192,22 +167,21 @@ class MooncakeListener(Listener):
             if self._held is not None:
                 self._credits.release(self._held)
                 self._held = None
-                self._grant()
+                self._sessions.grant()
             deadline = time.monotonic() + max(0.0, timeout_s)
             while True:
                 now = time.monotonic()
                 self._credits.expire(now)
                 if now >= self._next_probe:
                     self._next_probe = now + PROBE_INTERVAL_S
-                    for peer_id in self._credits.active():
-                        self._send(peer_id, Ping())
-                self._grant()
+                    self._sessions.probe()
+                self._sessions.grant()
                 wait = min(deadline, self._next_probe, self._credits.next_end() or deadline) - now
                 if self._poller.poll(max(0, round(wait * 1000))):
-                    parts = self._handle(self._socket.recv_multipart(zmq.NOBLOCK))
-                    if parts is not None:
+                    notify = self._sessions.handle(self._socket.recv_multipart(zmq.NOBLOCK))
+                    if notify is not None:
                         self._messages += 1
-                        return parts
+                        return self._deliver(notify)
                 if time.monotonic() >= deadline:
                     return None
 
@@ -239,86 +213,8 @@ class MooncakeListener(Listener):
             raise TransportError(f"cannot listen on tcp://{host}:{port}: {exc}") from exc
         return socket
 
-    def _handle(self, parts: list[bytes]) -> list | None:
-        """Act on one control message; return a data message's parts, else None."""
-        peer_id, body = parts[0], parts[1:]
-        try:
-            message = decode(body)
-        except ControlError as exc:
-            return self._reject(peer_id, str(exc))
-        if isinstance(message, Hello):
-            return self._hello(peer_id, message)
-        if isinstance(message, Auth):
-            return self._auth(peer_id, message)
-        if isinstance(message, Notify):
-            return self._notify(peer_id, message)
-        if isinstance(message, (Release, Want)):
-            return self._demand(peer_id, message)
-        if isinstance(message, Reset):
-            self._credits.end(peer_id, PeerState.GONE, time.monotonic())
-            return None
-        return self._reject(peer_id, f"a sender may not send {type(message).__name__}")
-
-    def _hello(self, peer_id: bytes, hello: Hello) -> None:
-        if self._credits.peer(peer_id) is not None:
-            return self._reject(peer_id, "hello inside an established session")
-        if hello.version != CONTROL_VERSION:
-            self._send(peer_id, Reset(f"the sender speaks Mooncake control v{hello.version}, this listener "
-                                      f"v{CONTROL_VERSION}: run the same Lynx version on both"))
-            return self._reject(peer_id, f"hello of control v{hello.version}")
-        nonce = os.urandom(NONCE_BYTES)
-        self._handshakes.pop(peer_id, None)
-        self._handshakes[peer_id] = (hello.nonce, nonce)
-        while len(self._handshakes) > MAX_PENDING_HANDSHAKES:
-            self._handshakes.popitem(last=False)
-        self._send(peer_id, Challenge(nonce, Session(self._key, hello.nonce, nonce).challenge_tag()))
-        return None
-
-    def _auth(self, peer_id: bytes, auth: Auth) -> None:
-        nonces = self._handshakes.pop(peer_id, None)
-        if nonces is None:
-            return self._reject(peer_id, "auth without a pending challenge")
-        session = Session(self._key, *nonces)
-        if not session.auth_ok(auth.tag):
-            self._reject(peer_id, "auth failed: the sender does not hold the shared secret")
-            self._send(peer_id, Reset("authentication failed: the shared secrets differ"))
-        elif not self._credits.admit(peer_id, session):
-            self._send(peer_id, Reset(f"too many senders (max_peers={self._credits.max_peers})"))
-        return None
-
-    def _in_order(self, peer_id: bytes, message: Signed) -> Peer | None:
-        """The sender's peer if `message` is signed in its session and next in its sequence (which
-        then moves on); else None, the message rejected."""
-        peer = self._credits.peer(peer_id)
-        if peer is None or peer.state is PeerState.BANNED:
-            self._reject(peer_id, f"{type(message).__name__} outside a session")
-            self._send(peer_id, Reset("no session: handshake first"))
-            return None
-        if not peer.session.check(message):
-            return self._reject(peer_id, f"{type(message).__name__} MAC mismatch")
-        if message.seq != peer.next_seq:
-            kind = type(message).__name__
-            return self._reject(peer_id, f"{kind} {message.seq} out of order (expected {peer.next_seq})")
-        peer.next_seq += 1
-        return peer
-
-    def _demand(self, peer_id: bytes, message: Release | Want) -> None:
-        """An idle sender gives its slots back, or a sender wants slots again."""
-        if self._in_order(peer_id, message) is None:
-            return None
-        if isinstance(message, Want):
-            self._credits.want(peer_id)
-        elif not self._credits.give_back(peer_id, message.slots):
-            return self._reject(peer_id, f"release of slots {message.slots} not granted to the sender")
-        self._grant()
-        return None
-
-    def _notify(self, peer_id: bytes, notify: Notify) -> list | None:
-        if self._in_order(peer_id, notify) is None:
-            return None
-        arena_bytes = sum(length for length in notify.lengths if not is_inline(length))
-        if arena_bytes > self._slot_bytes or (notify.slot != NO_SLOT and not self._credits.take(peer_id, notify.slot)):
-            return self._reject(peer_id, f"notification for slot {notify.slot} not granted or over {self._slot_bytes} bytes")
+    def _deliver(self, notify: Notify) -> list[bytes | memoryview]:
+        """A notification's parts: inline ones from it, the others read from its slot (see ``copy``)."""
         inline, offset = iter(notify.inline), notify.slot * self._slot_bytes
         parts: list[bytes | memoryview] = []
         for length in notify.lengths:
@@ -330,37 +226,7 @@ class MooncakeListener(Listener):
                 offset += length
         if notify.slot != NO_SLOT and self._copy:
             self._credits.release(notify.slot)
-            self._grant()
+            self._sessions.grant()
         elif notify.slot != NO_SLOT:
             self._held = notify.slot
         return parts
-
-    def _reject(self, peer_id: bytes, reason: str) -> None:
-        """Count and drop a bad control message; a session that sent one is banned."""
-        self._rejected += 1
-        logger.debug("Mooncake listener dropped a control message: %s", reason)
-        self._handshakes.pop(peer_id, None)
-        peer = self._credits.peer(peer_id)
-        if peer is not None and peer.state is not PeerState.BANNED:
-            logger.warning("Mooncake listener ends a sender's session: %s", reason)
-            self._credits.end(peer_id, PeerState.BANNED, time.monotonic())
-            self._send(peer_id, Reset(reason))
-        return None
-
-    def _grant(self) -> None:
-        """Send every free slot the credit policy hands out, one signed grant per sender."""
-        for peer_id, slots in self._credits.distribute().items():
-            peer = self._credits.peer(peer_id)
-            grant = peer.session.sign(Grant(peer.next_grant, tuple(slots)))
-            peer.next_grant += 1
-            self._send(peer_id, grant)
-
-    def _send(self, peer_id: bytes, message) -> None:
-        """Send without blocking; a sender that cannot take it (gone, not reading) is ended as GONE."""
-        try:
-            self._socket.send_multipart([peer_id, *encode(message)], zmq.NOBLOCK)
-        except zmq.ZMQError as exc:
-            peer = self._credits.peer(peer_id)
-            if peer is not None and peer.state is PeerState.ACTIVE:
-                logger.info("Mooncake listener: a sender is gone or not reading (%s)", exc)
-                self._credits.end(peer_id, PeerState.GONE, time.monotonic())
