@@ -4,7 +4,8 @@ import threading
 
 import numpy as np
 import pytest
-from lynx.transfer.rooms import DuplicateRoom, Room, RoomState, RoomTable
+from lynx.transfer.room_lifecycle import Owner, Room, RoomState
+from lynx.transfer.rooms import DuplicateRoom, RoomTable
 from races import assert_close_waits_for_the_report
 
 
@@ -256,7 +257,7 @@ def test_release_by_the_transfer_leaves_a_handed_over_room_to_its_consumer():
     rooms, _ = table()
     anchored(rooms)
     rooms.hand_over(7)
-    assert rooms.close(7, owner="transfer") is None and rooms.get(7) is not None
+    assert rooms.close(7, owner=Owner.TRANSFER) is None and rooms.get(7) is not None
     assert rooms.close(7).state is RoomState.CLOSED and rooms.get(7) is None
 
 
