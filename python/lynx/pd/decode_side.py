@@ -140,10 +140,8 @@ class DecodeSide:
         nonce = new_nonce()
         key, slots = transfer_key(self._secret, nonce), np.asarray(slots, dtype=np.int64)
         endpoints = tuple(endpoints)
-        parts = [
-            Room(transfer_room(room, part), slots, aux_index, key, since, peer, nonce, endpoints) for part in range(sources)
-        ]
-        self._requests.reserve(room, parts)
+        wires = [transfer_room(room, part) for part in range(sources)]
+        self._requests.reserve(room, [Room(w, slots, aux_index, key, since, peer, nonce, endpoints) for w in wires])
         return nonce
 
     def reservation(self, room: int) -> Reservation | None:

@@ -72,20 +72,19 @@ class RoomState(enum.Enum):
         return self in UPGRADABLE
 
 
-S = RoomState
-LIVE = frozenset(set(RoomState) - {S.FAILED, S.CLOSED})
-ANCHOR_IN = frozenset({S.ANCHORED, S.LANDED, S.COMPLETE})
-UPGRADABLE = frozenset({S.RECEIVING, S.ANCHORED, S.LANDED})
+LIVE = frozenset(set(RoomState) - {RoomState.FAILED, RoomState.CLOSED})
+ANCHOR_IN = frozenset({RoomState.ANCHORED, RoomState.LANDED, RoomState.COMPLETE})
+UPGRADABLE = frozenset({RoomState.RECEIVING, RoomState.ANCHORED, RoomState.LANDED})
 
 TRANSITIONS: Mapping[RoomState, frozenset[RoomState]] = MappingProxyType({
-    S.RESERVED: frozenset({S.RECEIVING, S.FAILED, S.CLOSED}),
-    S.RECEIVING: frozenset({S.WRITING, S.FAILED, S.CLOSED}),
-    S.WRITING: frozenset({S.RECEIVING, S.ANCHORED, S.FAILED, S.CLOSED}),
-    S.ANCHORED: frozenset({S.LANDED, S.COMPLETE, S.FAILED, S.CLOSED}),
-    S.LANDED: frozenset({S.COMPLETE, S.FAILED, S.CLOSED}),
-    S.COMPLETE: frozenset({S.FAILED, S.CLOSED}),
-    S.FAILED: frozenset(),
-    S.CLOSED: frozenset(),
+    RoomState.RESERVED: frozenset({RoomState.RECEIVING, RoomState.FAILED, RoomState.CLOSED}),
+    RoomState.RECEIVING: frozenset({RoomState.WRITING, RoomState.FAILED, RoomState.CLOSED}),
+    RoomState.WRITING: frozenset({RoomState.RECEIVING, RoomState.ANCHORED, RoomState.FAILED, RoomState.CLOSED}),
+    RoomState.ANCHORED: frozenset({RoomState.LANDED, RoomState.COMPLETE, RoomState.FAILED, RoomState.CLOSED}),
+    RoomState.LANDED: frozenset({RoomState.COMPLETE, RoomState.FAILED, RoomState.CLOSED}),
+    RoomState.COMPLETE: frozenset({RoomState.FAILED, RoomState.CLOSED}),
+    RoomState.FAILED: frozenset(),
+    RoomState.CLOSED: frozenset(),
 })  # fmt: skip
 """The states each state may move to; every other move is refused."""
 

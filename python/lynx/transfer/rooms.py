@@ -114,7 +114,7 @@ class RoomTable:
 
     def reserve(self, entry: Room) -> Room:
         """Add a new (RESERVED) room; DuplicateRoom if a live room has its id (a dead one is replaced)."""
-        if entry.state is not RoomState.RESERVED or entry.deadline is not None:
+        if entry.state is not RoomState.RESERVED:
             raise ValueError(f"room {entry.room} is not a new room ({entry.state.value})")
         with self._cond:
             old = self._rooms.get(entry.room)
