@@ -15,13 +15,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from lynx.transfer.rooms import DuplicateRoom, Room, RoomState, RoomTable
+from lynx.transfer.room_lifecycle import Owner, Placement, Room, RoomState
+from lynx.transfer.rooms import DuplicateRoom, RoomTable
 
 _ORDER = [
     RoomState.RESERVED, RoomState.RECEIVING, RoomState.WRITING, RoomState.ANCHORED, RoomState.LANDED,
     RoomState.COMPLETE, RoomState.CLOSED,
 ]  # fmt: skip
-REQUEST, PART = "request", "part"  # the keys of a part's `Room.extra`
 
 
 class PartedRooms:
@@ -33,11 +33,12 @@ class PartedRooms:
         self._lock = threading.Lock()
 
     def reserve(self, request: int, rooms: Sequence[Room]) -> None:
-        """Reserve the parts of `request` (their ids distinct); DuplicateRoom, and none reserved, if one is live."""
+        """Reserve the parts of `request` (their ids distinct), numbered in order (`Room.request`,
+        `Room.part`); DuplicateRoom, and none reserved, if one is live."""
         reserved: list[int] = []
         try:
             for part, entry in enumerate(rooms):
-                entry.extra.update({REQUEST: request, PART: part})
+                entry.request, entry.part = request, part
                 self.table.reserve(entry)
                 reserved.append(entry.room)
         except DuplicateRoom:
@@ -58,7 +59,7 @@ class PartedRooms:
     def request_of(self, wire: int) -> int:
         """The request a part's room belongs to (`wire` itself if unknown)."""
         entry = self.table.get(wire)
-        return wire if entry is None else entry.extra.get(REQUEST, wire)
+        return wire if entry is None else entry.request
 
     def state(self, request: int) -> RoomState | None:
         """FAILED if a part failed, else the least advanced part's state; None once a part is gone."""
@@ -69,10 +70,12 @@ class PartedRooms:
             return RoomState.FAILED
         return min(states, key=_ORDER.index)
 
-    def start_receiving(self, wire: int, manifest, assembly, **placed) -> str | None:
+    def start_receiving(
+        self, wire: int, manifest, assembly, *, cap_s: float | None = None, placement: Placement | None = None
+    ) -> str | None:
         """`RoomTable.start_receiving` of one part; once one starts, every part of its request is
         armed (`RoomTable.arm`): a part that never announces fails the request in time."""
-        problem = self.table.start_receiving(wire, manifest, assembly, **placed)
+        problem = self.table.start_receiving(wire, manifest, assembly, cap_s=cap_s, placement=placement)
         if problem is None:
             for other in self.parts(self.request_of(wire)):
                 self.table.arm(other)
@@ -115,7 +118,7 @@ class PartedRooms:
         for wire in self.parts(request):
             self.table.hand_over(wire)
 
-    def close(self, request: int, owner: str | None = None) -> list[Room]:
+    def close(self, request: int, owner: Owner | None = None) -> list[Room]:
         """Close every part (of `owner` only, if given; see `RoomTable.close`); the closed ones.
         The request is forgotten once none of its parts is left."""
         wires = self.parts(request)

@@ -69,8 +69,7 @@ class Pair:
         """What the data thread does between messages: apply landed residuals, a layer a step.
         Returns the number of steps."""
         steps = 0
-        while self.decode._upgrades:
-            self.decode._upgrade_step()
+        while self.decode.receiver.gap():
             steps += 1
         return steps
 
@@ -160,7 +159,7 @@ def test_messages_go_before_upgrades_and_an_upgrade_yields_between_layers(pair):
     aux = [m for m in sent if _stream_and_segment(m) == (AUX_STREAM, 0)]
     for parts in [m for m in sent if m not in aux]:  # a streamed forward's order: its residual, then the metadata
         pair.decode._on_message(parts)
-    pair.decode._upgrade_step()  # one layer of the last segment in the gap before the metadata
+    assert pair.decode.receiver.gap()  # one layer of the last segment in the gap before the metadata
     assert pair.decode_host.succeeded == []
     for parts in aux:
         pair.decode._on_message(parts)

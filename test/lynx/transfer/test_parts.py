@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from lynx.transfer.parts import PartedRooms
-from lynx.transfer.rooms import DuplicateRoom, Room, RoomState, RoomTable
+from lynx.transfer.room_lifecycle import Owner, Room, RoomState
+from lynx.transfer.rooms import DuplicateRoom, RoomTable
 from races import assert_close_waits_for_the_report
 
 
@@ -77,7 +78,7 @@ def test_milestones_are_the_last_parts(rooms):
 
 def test_closing_by_owner_keeps_handed_over_parts_and_forgets_the_request_when_none_is_left(rooms):
     rooms.hand_over(7)
-    assert rooms.close(7, owner="transfer") == [] and rooms.parts(7) == (7, 70)
+    assert rooms.close(7, owner=Owner.TRANSFER) == [] and rooms.parts(7) == (7, 70)
     assert len(rooms.close(7)) == 2 and rooms.parts(7) == (7,) and rooms.state(7) is None
 
 

@@ -1,10 +1,14 @@
 """The receiving side's room state machine, driven by hand with a fake clock."""
 
+import ast
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
-from lynx.transfer.rooms import DuplicateRoom, Room, RoomState, RoomTable
+from lynx.transfer import rooms as rooms_module
+from lynx.transfer.room_lifecycle import Owner, RefusedTransition, Room, RoomState, advance
+from lynx.transfer.rooms import DuplicateRoom, RoomTable
 from races import assert_close_waits_for_the_report
 
 
@@ -256,7 +260,7 @@ def test_release_by_the_transfer_leaves_a_handed_over_room_to_its_consumer():
     rooms, _ = table()
     anchored(rooms)
     rooms.hand_over(7)
-    assert rooms.close(7, owner="transfer") is None and rooms.get(7) is not None
+    assert rooms.close(7, owner=Owner.TRANSFER) is None and rooms.get(7) is not None
     assert rooms.close(7).state is RoomState.CLOSED and rooms.get(7) is None
 
 
@@ -342,3 +346,111 @@ def test_the_anchor_is_reported_only_while_the_room_is_anchored_and_a_close_wait
     anchored(rooms)
     assert_close_waits_for_the_report(rooms.if_anchored, 7, lambda: rooms.close(7))
     assert rooms.get(7) is None
+
+
+S = RoomState
+
+
+def _walk_to_complete(rooms, clock):
+    entry = reserve(rooms)
+    rooms.start_receiving(7, "m", "a")
+    with rooms.writing(7, final=False):
+        pass
+    with rooms.writing(7):
+        pass
+    rooms.all_landed(7, complete=False)
+    rooms.take_landed(7)
+    rooms.close(7)
+    return entry
+
+
+def _fail_during_a_write(rooms, clock):
+    entry = reserve(rooms)
+    rooms.start_receiving(7, "m", "a")
+    with rooms.writing(7):
+        rooms.fail(7, "peer lost")
+    rooms.close(7)
+    return entry
+
+
+def _expire_an_armed_reservation(rooms, clock):
+    entry = reserve(rooms)
+    rooms.arm(7)
+    clock.now += 11
+    rooms.expire(7)
+    rooms.close(7)
+    return entry
+
+
+def _one_stream_then_a_late_failure(rooms, clock):
+    entry = anchored(rooms)
+    rooms.all_landed(7, complete=True)
+    rooms.fail(7, "the prefill reports a failure after all")
+    return entry
+
+
+@pytest.mark.parametrize(
+    ("drive", "moves"),
+    [
+        (_walk_to_complete, [
+            (S.RESERVED, S.RECEIVING), (S.RECEIVING, S.WRITING), (S.WRITING, S.RECEIVING),
+            (S.RECEIVING, S.WRITING), (S.WRITING, S.ANCHORED), (S.ANCHORED, S.LANDED), (S.LANDED, S.COMPLETE),
+            (S.COMPLETE, S.CLOSED),
+        ]),
+        (_fail_during_a_write, [(S.RESERVED, S.RECEIVING), (S.RECEIVING, S.WRITING), (S.WRITING, S.FAILED)]),
+        (_expire_an_armed_reservation, [(S.RESERVED, S.FAILED)]),
+        (_one_stream_then_a_late_failure, [
+            (S.RESERVED, S.RECEIVING), (S.RECEIVING, S.WRITING), (S.WRITING, S.ANCHORED),
+            (S.ANCHORED, S.COMPLETE), (S.COMPLETE, S.FAILED),
+        ]),
+    ],
+    ids=lambda value: getattr(value, "__name__", None),
+)  # fmt: skip
+def test_every_state_change_of_the_table_is_one_checked_move(monkeypatch, drive, moves):
+    made = []
+
+    def recorded(current, to):
+        made.append((current, to))
+        return advance(current, to)
+
+    monkeypatch.setattr(rooms_module, "advance", recorded)
+    rooms, clock = table()
+    entry = drive(rooms, clock)
+    assert made == moves
+    assert entry.state is moves[-1][1], "the room ends where its last checked move took it"
+
+
+def test_a_move_the_table_refuses_raises_and_leaves_the_room_as_it_was():
+    rooms, _ = table()
+    entry = reserve(rooms)
+    with pytest.raises(RefusedTransition, match="from RESERVED to ANCHORED"):
+        with rooms._cond:
+            rooms._move(entry, S.ANCHORED)
+    assert rooms.state(7) is S.RESERVED
+
+
+def test_only_a_new_room_may_be_reserved():
+    rooms, _ = table()
+    entry = reserve(rooms)
+    rooms.close(7)
+    with pytest.raises(ValueError, match="not a new room"):
+        rooms.reserve(entry)
+    assert rooms.get(7) is None
+
+
+def test_no_decode_module_sets_a_rooms_state_but_the_tables_one_move():
+    root = Path(rooms_module.__file__).parents[1]
+    files = [root / "transfer" / name for name in ("rooms.py", "parts.py", "room_lifecycle.py")]
+    files += sorted((root / "pd").glob("decode_*.py"))
+    setters = set()
+    for path in files:
+        for func in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(func, ast.FunctionDef):
+                continue
+            for node in ast.walk(func):
+                targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+                for target in targets:
+                    for leaf in target.elts if isinstance(target, ast.Tuple) else [target]:
+                        if isinstance(leaf, ast.Attribute) and leaf.attr == "state":
+                            setters.add((path.name, func.name))
+    assert len(files) >= 7 and setters == {("rooms.py", "_move")}
