@@ -35,6 +35,8 @@ import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from lynx.lifecycle import RefusedTransition, move
+
 
 class Phase(enum.Enum):
     FRESH = "fresh"
@@ -82,10 +84,6 @@ TRANSITIONS: Mapping[Phase, frozenset[Phase]] = MappingProxyType({
 """The phases each phase may move to; every other move is refused."""
 
 
-class RefusedTransition(ValueError):
-    """A move the transition table does not allow."""
-
-
 def first_phase(residual_pending: bool) -> Phase:
     """The phase of a request adopted with its anchor landed: ``FRESH`` while a residual is to come."""
     return Phase.FRESH if residual_pending else Phase.EXACT
@@ -97,9 +95,7 @@ def advance(current: Phase, to: Phase) -> Phase:
     Raises:
         RefusedTransition: the table does not allow it.
     """
-    if to not in TRANSITIONS[current]:
-        raise RefusedTransition(f"a decode request may not move from {current.name} to {to.name}")
-    return to
+    return move(TRANSITIONS, current, to, "a decode request")
 
 
 def settle_target(current: Phase) -> Phase:

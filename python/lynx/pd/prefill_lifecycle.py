@@ -27,6 +27,8 @@ import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from lynx.lifecycle import RefusedTransition
+
 
 class PrefillRoomState(enum.Enum):
     UNCLAIMED = "unclaimed"
@@ -87,10 +89,6 @@ TRANSITIONS: Mapping[tuple[PrefillRoomState, PrefillEvent], PrefillRoomState] = 
     (_S.ABORTED_ENCODING, _E.END_ENCODING): _S.ABORTED,
 })
 """The state each event moves each state to; every other pair is refused."""
-
-
-class RefusedTransition(ValueError):
-    """An event the transition table does not allow in the room's state."""
 
 
 def allows(current: PrefillRoomState, event: PrefillEvent) -> bool:

@@ -39,6 +39,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+from lynx.lifecycle import RefusedTransition, move
 
 if TYPE_CHECKING:  # annotations only: the room record imports neither torch nor the codec
     from lynx.kvwire import KVShape
@@ -89,19 +90,13 @@ TRANSITIONS: Mapping[RoomState, frozenset[RoomState]] = MappingProxyType({
 """The states each state may move to; every other move is refused."""
 
 
-class RefusedTransition(ValueError):
-    """A move the room's transition table does not allow."""
-
-
 def advance(current: RoomState, to: RoomState) -> RoomState:
     """`to`, if `TRANSITIONS` allows the move from `current`.
 
     Raises:
         RefusedTransition: the table does not allow it.
     """
-    if to not in TRANSITIONS[current]:
-        raise RefusedTransition(f"a receiving room may not move from {current.name} to {to.name}")
-    return to
+    return move(TRANSITIONS, current, to, "a receiving room")
 
 
 class Owner(enum.Enum):
