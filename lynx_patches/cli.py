@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lynx.config import LynxConfig, options
+from lynx.config import LynxConfig
+from lynx.options import options
 from lynx_patches import targets
 from lynx_patches.selfcheck import Hook, LynxHookError
 

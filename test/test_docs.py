@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from lynx.config import options
+from lynx.options import options
 from lynx_patches.hooks import all_hooks
 
 ROOT = Path(__file__).resolve().parent.parent

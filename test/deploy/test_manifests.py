@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lynx.config import LynxConfig, options
+from lynx.config import LynxConfig
+from lynx.options import options
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

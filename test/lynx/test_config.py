@@ -3,7 +3,8 @@ from dataclasses import fields
 import pytest
 
 from lynx.codec import CodecSpec
-from lynx.config import MODES, LynxConfig, options
+from lynx.config import MODES, LynxConfig
+from lynx.options import options
 
 
 def test_defaults_are_lynx_mode_with_int8_preset():

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 
 import pytest
-from lynx.config import LynxConfig, options
+from lynx.config import LynxConfig
+from lynx.options import options
 
 from lynx_patches.hooks import all_hooks
 from lynx_patches.selfcheck import Hook, LynxHookError, instance_attributes, is_applied, missing, unresolved, verify
