@@ -241,8 +241,10 @@ class PrefillEncoder:
         if lo == 0 and job.segment == 0:
             for dest in segment.destinations:
                 endpoint = dest.meta.data_endpoint
-                self._sender.submit_message(endpoint, dest.wire, self._manifest(job, dest.route, dest.wire).seal(dest.key))
-                self._rooms.announce(job.room, endpoint, dest.key, dest.wire)
+                manifest = self._manifest(job, dest.route, dest.wire)
+                self._sender.submit_message(endpoint, dest.wire, manifest.seal(dest.key))
+                nbytes = sum(manifest.stream_sizes) + manifest.aux_size
+                self._rooms.announce(job.room, endpoint, dest.key, dest.wire, nbytes)
         for release in segment.release(layers, self._sender.chunk_bytes):
             if release.stream == 0:
                 self._sender.submit(*release)

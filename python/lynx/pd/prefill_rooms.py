@@ -31,6 +31,7 @@ class AnnouncedPart(NamedTuple):
     endpoint: str
     key: bytes
     wire: int  # the part's wire id
+    nbytes: int = 0  # what its manifest announced: every stream over all segments, and the metadata
 
 
 @dataclass
@@ -125,6 +126,12 @@ class PrefillRooms:
         with self._lock:
             entry = self._rooms.get(room)
             return {room, *(part.wire for part in (entry.parts if entry is not None else ()))}
+
+    def wire_bytes(self, room: int) -> int | None:
+        """The bytes this rank sends for `room` over every part it announced; None before the first."""
+        with self._lock:
+            entry = self._rooms.get(room)
+            return sum(part.nbytes for part in entry.parts) if entry is not None and entry.parts else None
 
     def announced(self) -> list[tuple[int, list[AnnouncedPart]]]:
         """Each announced room still computing, with the ``(endpoint, key, wire id)`` of its decode ranks."""
@@ -250,14 +257,14 @@ class PrefillRooms:
                 self._apply(entry, PrefillEvent.END_ENCODING)
             return entry.state.aborted
 
-    def announce(self, room: int, endpoint: str, key: bytes, wire: int) -> None:
-        """The manifest of the room's part `wire` went to ``endpoint``: it hears the part is alive
-        until `quiet` (an aborted room's part is only remembered, to be cancelled)."""
+    def announce(self, room: int, endpoint: str, key: bytes, wire: int, nbytes: int = 0) -> None:
+        """The manifest of the room's part `wire` (`nbytes` on the wire) went to ``endpoint``: it hears
+        the part is alive until `quiet` (an aborted room's part is only remembered, to be cancelled)."""
         with self._lock:
             entry = self._rooms.get(room)
             if entry is None:
                 return
-            entry.parts.append(AnnouncedPart(endpoint, key, wire))
+            entry.parts.append(AnnouncedPart(endpoint, key, wire, nbytes))
             if allows(entry.state, PrefillEvent.ANNOUNCE):
                 self._apply(entry, PrefillEvent.ANNOUNCE)
 

@@ -198,6 +198,11 @@ class PrefillSide:
         """The sender ended: forget the room (queued bytes of it stay queued unless aborted)."""
         self._rooms.release(room)
 
+    def wire_bytes(self, room: int) -> int | None:
+        """The bytes this rank sends for `room` (every stream of every announced part, and the
+        metadata); None before its first manifest went out. Ask before `release`."""
+        return self._rooms.wire_bytes(room)
+
     def busy(self, room: int) -> bool:
         """Whether the encoder is reading the room's KV pages right now (they must not be freed)."""
         return self._rooms.busy(room)
@@ -260,8 +265,9 @@ class PrefillSide:
         last_purge = self._clock()
         while not self.supervisor.stop.wait(ALIVE_EVERY_S):
             for _, peers in self._rooms.announced():
-                for endpoint, key, wire in peers:
-                    self.sender.submit_message(endpoint, wire, encode_alive(wire, next(self._alive_counter), key))
+                for part in peers:
+                    alive = encode_alive(part.wire, next(self._alive_counter), part.key)
+                    self.sender.submit_message(part.endpoint, part.wire, alive)
             if self._clock() - last_purge > PURGE_EVERY_S:
                 self.purge()
                 last_purge = self._clock()

@@ -144,7 +144,7 @@ def test_the_first_segment_is_encoded_then_announced_and_its_decode_ranks_hear_i
     rooms.announce(9, "tcp://127.0.0.1:6000", b"k", 90)
     rooms.announce(9, "tcp://127.0.0.1:6001", b"k", 91)
     assert rooms.state(9) is S.ANNOUNCED
-    assert rooms.announced() == [(9, [("tcp://127.0.0.1:6000", b"k", 90), ("tcp://127.0.0.1:6001", b"k", 91)])]
+    assert rooms.announced() == [(9, [("tcp://127.0.0.1:6000", b"k", 90, 0), ("tcp://127.0.0.1:6001", b"k", 91, 0)])]
     rooms.quiet(9)
     assert rooms.state(9) is S.CLAIMED and rooms.announced() == []
     assert rooms.wires(9) == {9, 90, 91} and rooms.room_of(91) == 9 and rooms.room_of(92) == 92

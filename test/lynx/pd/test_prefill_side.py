@@ -75,22 +75,27 @@ def test_the_room_is_sent_to_its_endpoint_with_its_own_transfer_key(side):
 
 
 @pytest.mark.parametrize("mode", ["lynx", "int8"])
-def test_a_room_is_reported_sent_only_once_every_stream_of_it_is_queued(mode):
+def test_a_room_is_reported_sent_once_every_stream_is_queued_with_the_bytes_it_sends(mode):
     side = recording_prefill_side(mode=mode)
     at_success = []
-    side.host.succeed = lambda room: at_success.append(side.sender.stats())
+    side.host.succeed = lambda room: at_success.append((side.sender.stats(), side.wire_bytes(room)))
     try:
         side.on_registration(registration(), AUX_LENS)
         side.on_metadata(metadata())
-        assert side.claim(9)
+        assert side.claim(9) and side.wire_bytes(9) is None
         side.start()
         side.add_chunk(9, np.arange(10, 30), True, 2, 20)
         assert wait_for(lambda: at_success) and side.encoder.drain(30) and side.sender.wait_idle(30)
         final = side.sender.stats()
+        side.release(9)
+        assert side.wire_bytes(9) is None
     finally:
         side.close()
-    (then,) = at_success
-    assert then.queued_bytes + sum(then.sent_bytes_by_class.values()) == sum(final.sent_bytes_by_class.values())
+    ((then, wire_bytes),) = at_success
+    sent = sum(final.sent_bytes_by_class.values())
+    assert then.queued_bytes + sum(then.sent_bytes_by_class.values()) == sent
+    manifest = sum(len(part) for part in side.transport.sent[0][1])
+    assert wire_bytes == sent - manifest  # every stream and the metadata, as SGLang's transfer metric reports them
 
 
 def test_a_token_count_other_than_the_decode_reservation_fails_the_room(side):
