@@ -35,7 +35,9 @@ from lynx.pd.control import (
     RoomMetadata,
     open_sealed,
 )
+from lynx.pd.decode_side import DecodeSide
 from lynx.pd.pool import PoolView
+from lynx.pd.prefill_side import PrefillSide
 from lynx_patches.pd.pool import check_pool, head_shard, layout_refusal
 from lynx_patches.startup import lynx_config_of
 
@@ -63,13 +65,9 @@ class LynxKVManager(CommonKVManager):
         super().__init__(args, disaggregation_mode, server_args, is_mla_backend)
         self.is_decode = disaggregation_mode == DisaggregationMode.DECODE
         if self.is_decode:
-            from lynx.pd.decode_side import DecodeSide
-
             self.side = DecodeSide(config, self.key, _DecodeHost(self), bind_host(server_args.host, self.local_ip))
             self._start_heartbeat_checker_thread()
         else:
-            from lynx.pd.prefill_side import PrefillSide
-
             self.side = PrefillSide(config, self.key, _PrefillHost(self), self.local_ip)
         self.control = Supervisor(lambda name, error: None)
         self.control.start("LynxControl", self._control_loop)
