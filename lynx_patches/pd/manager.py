@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Optional
 
 import zmq
@@ -51,6 +52,7 @@ class LynxKVManager(CommonKVManager):
 
     kv_status_msg_tag = STATUS_TAG
     kv_status_msg_carries_reason = True
+    _status_listener: Callable[[], None] | None = None
 
     def __init__(self, args: KVArgs, disaggregation_mode, server_args, is_mla_backend=False):
         config: LynxConfig | None = lynx_config_of(server_args)
@@ -81,6 +83,15 @@ class LynxKVManager(CommonKVManager):
     def broken(self) -> str | None:
         """Why this rank can no longer move KV (a Lynx thread keeps crashing), or None."""
         return self.control.broken or self.side.broken
+
+    def notify_status_changes(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` after every room status change (the decode scheduler's idle wait)."""
+        self._status_listener = listener
+
+    def update_status(self, bootstrap_room: int, status: KVPoll) -> None:
+        super().update_status(bootstrap_room, status)
+        if self._status_listener is not None:
+            self._status_listener()
 
     def fail_room(self, room: int, reason: str) -> None:
         """Record why the room failed and mark it Failed (SGLang reads the reason when it polls)."""

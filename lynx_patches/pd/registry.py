@@ -69,11 +69,12 @@ def manager_of(scheduler):
 
 
 def send_kv_metadata(original, queue, decode_req, kv_indices, page_size, *args, **kwargs):
-    """AROUND `DecodePreallocQueue._send_kv_metadata`: tell a Lynx receiver its exact token count."""
-    receiver = decode_req.kv_receiver
-    if isinstance(receiver, LynxKVReceiver):
+    """AROUND `DecodePreallocQueue._send_kv_metadata`: a Lynx receiver's `send_metadata` gets the
+    exact number of tokens to receive (SGLang passes it only the pages that hold them); SGLang
+    hands this method's keyword arguments on to `send_metadata`."""
+    if isinstance(decode_req.kv_receiver, LynxKVReceiver):
         prefix = int(kwargs.get("decode_prefix_len") or 0)
-        receiver.lynx_tokens = len(decode_req.req.origin_input_ids) - prefix
+        kwargs["lynx_num_tokens"] = len(decode_req.req.origin_input_ids) - prefix
     return original(queue, decode_req, kv_indices, page_size, *args, **kwargs)
 
 
