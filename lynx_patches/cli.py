@@ -1,4 +1,4 @@
-"""`--lynx` and the `--lynx-*` options on SGLang's own argument parser.
+"""`--lynx` and the `--lynx-*` options on SGLang's own argument parser, and the config they make.
 
 `ServerArgs` is a msgspec struct whose fields a plugin cannot extend, so the
 parsed options travel as the bookkeeping attribute `server_args._lynx` (a
@@ -13,32 +13,17 @@ import sys
 from lynx.config import LynxConfig
 from lynx.options import options
 from lynx_patches import targets
-from lynx_patches.selfcheck import Hook, LynxHookError
+from lynx_patches.selfcheck import Hook
 
 BACKEND = "lynx"
 STOCK_DEFAULT_BACKEND = "mooncake"
 
 
-class _EnableLynx(argparse.Action):
-    """`--lynx`: turn Lynx on, after proving that its hooks are live."""
-
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        from lynx_patches.hooks import verify_hooks
-
-        try:
-            verify_hooks()
-        except LynxHookError as exc:
-            parser.error(str(exc))
-        setattr(namespace, self.dest, True)
-
-
-def add_cli_args(result, parser: argparse.ArgumentParser):
-    """AFTER `ServerArgs.add_cli_args`: add the Lynx option group."""
+def add_options(parser: argparse.ArgumentParser, enable: type[argparse.Action]) -> None:
+    """Add the Lynx option group to SGLang's parser: `--lynx` (parsed by the action `enable`) and
+    every `--lynx-*` option."""
     group = parser.add_argument_group("Lynx", "Anchor/residual KV transfer (lynx_patches).")
-    group.add_argument("--lynx", action=_EnableLynx, help="Enable Lynx on this server.")
+    group.add_argument("--lynx", action=enable, help="Enable Lynx on this server.")
     for opt in options():
         if opt.is_switch:
             group.add_argument(opt.flag, dest=f"lynx_{opt.field}", action="store_true", help=opt.help)
@@ -103,7 +88,5 @@ def _prepare_disaggregation(server_args, config: LynxConfig) -> None:
         _fail(str(exc))
 
 
-HOOKS = (
-    Hook(targets.SERVER_ARGS_ADD_CLI_ARGS, add_cli_args, "AFTER"),
-    Hook(targets.SERVER_ARGS_FROM_CLI_ARGS, from_cli_args, "AROUND"),
-)
+# The option group itself is added by `lynx_patches.hooks.add_cli_args`, whose `--lynx` checks every hook.
+HOOKS = (Hook(targets.SERVER_ARGS_FROM_CLI_ARGS, from_cli_args, "AROUND"),)

@@ -1,13 +1,10 @@
-"""Scheduler start-up: refuse to serve with Lynx half-installed."""
+"""The Lynx config of this SGLang process: the `LynxConfig` its server args carry (`--lynx`), or None.
+
+The check that each scheduler process starts with every hook live is
+`lynx_patches.hooks.scheduler_init`, beside the hook table it reads.
+"""
 
 from __future__ import annotations
-
-import logging
-
-from lynx_patches import targets
-from lynx_patches.selfcheck import Hook
-
-logger = logging.getLogger(__name__)
 
 
 def lynx_config_of(server_args):
@@ -23,17 +20,3 @@ def current_config():
         return lynx_config_of(get_server_args())
     except (AttributeError, ValueError):
         return None
-
-
-def scheduler_init(*args, **kwargs):
-    """BEFORE `Scheduler.__init__(self, server_args, port_args, ...)`."""
-    from lynx_patches.hooks import verify_hooks
-
-    server_args = kwargs.get("server_args", args[1] if len(args) > 1 else None)
-    config = lynx_config_of(server_args)
-    if config is not None:
-        verify_hooks()
-        logger.info("Lynx enabled in this scheduler: %s", config)
-
-
-HOOKS = (Hook(targets.SCHEDULER_INIT, scheduler_init, "BEFORE"),)

@@ -11,16 +11,17 @@ changes. The hook applies whether or not a server runs with `--lynx`.
 
 from __future__ import annotations
 
+# SGLang resolves its platform on first use, loading `lynx_patches.platform` through its
+# entry point: it is resolved before that module is imported here, never while it is half-imported.
+from sglang.srt.platforms import current_platform
+
 from lynx_patches import targets
+from lynx_patches.platform import LynxCpuPlatform
 from lynx_patches.selfcheck import Hook
 
 
 def on_lynx_cpu() -> bool:
     """Whether this SGLang process serves on the `lynx_cpu` platform."""
-    from sglang.srt.platforms import current_platform
-
-    from lynx_patches.platform import LynxCpuPlatform
-
     return isinstance(current_platform, LynxCpuPlatform)
 
 

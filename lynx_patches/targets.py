@@ -29,7 +29,6 @@ SCHEDULER_ON_IDLE = "sglang.srt.managers.scheduler.Scheduler.on_idle"
 SCHEDULER_INFLIGHT_REQS = "sglang.srt.managers.scheduler.Scheduler.collect_inflight_reqs"
 DECODE_NEW_PREBUILT_BATCH = "sglang.srt.disaggregation.decode.SchedulerDisaggregationDecodeMixin.get_new_prebuilt_batch"
 TORCH_NATIVE_EXTEND = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend.forward_extend"
-KV_MANAGER_UPDATE_STATUS = "sglang.srt.disaggregation.common.conn.CommonKVManager.update_status"
 TOKENIZER_SEND_ONE_REQUEST = "sglang.srt.managers.tokenizer_manager.TokenizerManager._send_one_request"
 STREAM_ACCEPT = "sglang.srt.managers.scheduler_components.output_streamer._GenerationStreamAccumulator.accept"
 REQ_UPDATE_FINISH_STATE = "sglang.srt.managers.schedule_batch.Req.update_finish_state"
@@ -86,6 +85,7 @@ USED = (
     f"{_COMMON}.CommonKVManager._encode_kv_status_message(bootstrap_room, status, failure_reason)",
     f"{_COMMON}.CommonKVManager.send_kv_status_message(targets, bootstrap_room, status, failure_reason)",
     f"{_COMMON}.CommonKVManager._handle_node_failure(failed_bootstrap_addr)",
+    f"{_COMMON}.CommonKVManager.update_status(bootstrap_room, status)",
     (
         f"{_COMMON}.CommonKVManager.build_receiver_metadata_message(bootstrap_room, required_dst_info_num, "
         "kv_indices, aux_index, state_indices, decode_prefix_len, is_dummy)"
@@ -94,7 +94,7 @@ USED = (
         f"{_COMMON}.CommonKVManager",
         "kv_status_msg_tag kv_status_msg_carries_reason parse_kv_status_message handle_abort_ack_message "
         "_handle_bootstrap_message _start_heartbeat_checker_thread _send_multipart_locked "
-        "build_receiver_registration_message record_failure update_status check_status",
+        "build_receiver_registration_message record_failure check_status",
     ),
     *_instance(
         f"{_COMMON}.CommonKVManager",
@@ -112,6 +112,8 @@ USED = (
     *_instance(f"{_COMMON}.CommonKVSender", "kv_mgr bootstrap_room conclude_state"),
     f"{_COMMON}.CommonKVReceiver.__init__(mgr, bootstrap_addr, bootstrap_room)",
     f"{_COMMON}.CommonKVReceiver.send_metadata(kv_indices, aux_index, state_indices, decode_prefix_len)",
+    # `lynx_patches.pd.registry.send_kv_metadata` passes the token count through these keyword arguments.
+    f"{_DECODE}.DecodePreallocQueue._send_kv_metadata(decode_req, kv_indices, page_size, metadata_kwargs)",
     *_members(f"{_COMMON}.CommonKVReceiver", "poll clear ensure_abort_notified failure_exception _owns_bootstrap_room"),
     *_instance(f"{_COMMON}.CommonKVReceiver", "kv_mgr bootstrap_room bootstrap_addr bootstrap_infos conclude_state"),
     *_members(f"{_COMMON}.AbortNotification", "to_zmq from_zmq"),

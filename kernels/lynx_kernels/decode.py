@@ -18,7 +18,7 @@ import triton.language as tl
 
 from lynx.codec.codec import EncodedKV
 from lynx.codec.layout import num_key_groups, sink_count
-from lynx.codec.pool import check_decode_target, check_upgrade
+from lynx.codec.pool_checks import check_decode_target, check_upgrade
 from lynx_kernels.bits import from_float32, load_half, to_float32
 from lynx_kernels.plan import MAX_STAGES, TilePlan, WireOffsets, stage_widths, supports, triton_dtype
 from lynx_kernels.stages import load_level

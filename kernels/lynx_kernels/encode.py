@@ -16,7 +16,7 @@ import triton.language as tl
 
 from lynx.codec.codec import EncodedKV
 from lynx.codec.layout import num_key_groups, sink_count
-from lynx.codec.pool import check_pools
+from lynx.codec.pool_checks import check_pools
 from lynx.codec.spec import CodecSpec
 from lynx_kernels.bits import is_finite, ordered_max, ordered_min, round_down, round_up, to_float32
 from lynx_kernels.plan import MAX_STAGES, TilePlan, WireOffsets, stage_widths, supports, triton_dtype

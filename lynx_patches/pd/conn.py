@@ -74,7 +74,6 @@ class LynxKVReceiver(_ClaimsItsRoom, CommonKVReceiver):
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room=None):
         self.created_at = time.monotonic()
-        self.lynx_tokens: int | None = None  # set by `lynx_patches.pd.registry.send_kv_metadata`
         self.lynx_side = mgr.side
         self._lynx_owner = self.lynx_side.claim(bootstrap_room)
         super().__init__(mgr, bootstrap_addr, bootstrap_room)
@@ -84,14 +83,19 @@ class LynxKVReceiver(_ClaimsItsRoom, CommonKVReceiver):
         elif mgr.broken is not None:
             self._fail(f"this decode server cannot receive KV: {mgr.broken}")
 
-    def send_metadata(self, kv_indices, aux_index=None, state_indices=None, decode_prefix_len=None, **kwargs):
+    def send_metadata(
+        self, kv_indices, aux_index=None, state_indices=None, decode_prefix_len=None, lynx_num_tokens=None, **kwargs
+    ):
+        """Reserve the room for `lynx_num_tokens` tokens (passed by
+        `lynx_patches.pd.registry.send_kv_metadata`; without it, every slot of the pages
+        `kv_indices`), then send SGLang's metadata message."""
         if not self._lynx_owner or self.conclude_state == KVPoll.Failed:
             return
         from sglang.srt.utils.network import NetworkAddress
 
         mgr = self.kv_mgr
         page_size = mgr.kv_args.page_size
-        tokens = self.lynx_tokens if self.lynx_tokens is not None else len(kv_indices) * page_size
+        tokens = lynx_num_tokens if lynx_num_tokens is not None else len(kv_indices) * page_size
         endpoints = [
             NetworkAddress(info["rank_ip"], int(info["rank_port"])).to_tcp()
             for info in (getattr(self, "bootstrap_infos", None) or [])

@@ -15,6 +15,7 @@ from contextvars import ContextVar
 import numpy as np
 
 from lynx_patches import targets
+from lynx_patches.pd.conn import LynxKVSender
 from lynx_patches.pd.registry import manager_of
 from lynx_patches.selfcheck import Hook
 
@@ -24,7 +25,6 @@ from lynx_patches.selfcheck import Hook
 LAYERS_WRITTEN: ContextVar[Callable[[int], None] | None] = ContextVar("lynx_layers_written", default=None)
 
 
-
 def computed_chunks(batch, req_to_token, page_size: int) -> list[tuple[int, np.ndarray]]:
     """``(room, slots)`` of each Lynx request of an extend batch that computes tokens the decode
     server lacks: the pool slots of its transfer positions from the first (past what the decode
@@ -32,8 +32,6 @@ def computed_chunks(batch, req_to_token, page_size: int) -> list[tuple[int, np.n
     before `prefix_len` are cached or computed earlier; the side hands over only what it has not.
     A chunk whose slots the radix cache may swap after the forward (`may_be_deduplicated`) is left
     out: its segments are sent from the slots the chunk ends up in, once the forward is done."""
-    from lynx_patches.pd.conn import LynxKVSender
-
     chunks, earlier = [], []
     for req in batch.reqs:
         tokens = np.asarray(req.full_untruncated_fill_ids, dtype=np.int64)[: req.extend_end]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Optional
 
 import zmq
@@ -35,7 +36,9 @@ from lynx.pd.control import (
     RoomMetadata,
     open_sealed,
 )
+from lynx.pd.decode_side import DecodeSide
 from lynx.pd.pool import PoolView
+from lynx.pd.prefill_side import PrefillSide
 from lynx_patches.pd.pool import check_pool, head_shard, layout_refusal
 from lynx_patches.startup import lynx_config_of
 
@@ -49,6 +52,7 @@ class LynxKVManager(CommonKVManager):
 
     kv_status_msg_tag = STATUS_TAG
     kv_status_msg_carries_reason = True
+    _status_listener: Callable[[], None] | None = None
 
     def __init__(self, args: KVArgs, disaggregation_mode, server_args, is_mla_backend=False):
         config: LynxConfig | None = lynx_config_of(server_args)
@@ -63,13 +67,9 @@ class LynxKVManager(CommonKVManager):
         super().__init__(args, disaggregation_mode, server_args, is_mla_backend)
         self.is_decode = disaggregation_mode == DisaggregationMode.DECODE
         if self.is_decode:
-            from lynx.pd.decode_side import DecodeSide
-
             self.side = DecodeSide(config, self.key, _DecodeHost(self), bind_host(server_args.host, self.local_ip))
             self._start_heartbeat_checker_thread()
         else:
-            from lynx.pd.prefill_side import PrefillSide
-
             self.side = PrefillSide(config, self.key, _PrefillHost(self), self.local_ip)
         self.control = Supervisor(lambda name, error: None)
         self.control.start("LynxControl", self._control_loop)
@@ -83,6 +83,15 @@ class LynxKVManager(CommonKVManager):
     def broken(self) -> str | None:
         """Why this rank can no longer move KV (a Lynx thread keeps crashing), or None."""
         return self.control.broken or self.side.broken
+
+    def notify_status_changes(self, listener: Callable[[], None]) -> None:
+        """Call `listener()` after every room status change (the decode scheduler's idle wait)."""
+        self._status_listener = listener
+
+    def update_status(self, bootstrap_room: int, status: KVPoll) -> None:
+        super().update_status(bootstrap_room, status)
+        if self._status_listener is not None:
+            self._status_listener()
 
     def fail_room(self, room: int, reason: str) -> None:
         """Record why the room failed and mark it Failed (SGLang reads the reason when it polls)."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from lynx_patches import targets
-from lynx_patches.selfcheck import Hook
+from lynx_patches.pd.conn import LynxKVBootstrapServer, LynxKVReceiver, LynxKVSender
+from lynx_patches.pd.manager import LynxKVManager
+from lynx_patches.selfcheck import Hook, LynxHookError
 
 BACKEND_VALUE = "lynx"
 MANAGER_ATTR = "_lynx_manager"
@@ -42,9 +44,6 @@ def get_kv_class(original, transfer_backend, class_type):
     from sglang.srt.disaggregation.base import KVArgs
     from sglang.srt.disaggregation.utils import KVClassType
 
-    from lynx_patches.pd.conn import LynxKVBootstrapServer, LynxKVReceiver, LynxKVSender
-    from lynx_patches.pd.manager import LynxKVManager
-
     return {
         KVClassType.KVARGS: KVArgs,
         KVClassType.MANAGER: LynxKVManager,
@@ -56,8 +55,6 @@ def get_kv_class(original, transfer_backend, class_type):
 
 def init_kv_manager(original, queue):
     """AROUND `{Prefill,Decode}..._init_kv_manager`: give a Lynx manager its KV pool; remember it."""
-    from lynx_patches.pd.manager import LynxKVManager
-
     manager = original(queue)
     if isinstance(manager, LynxKVManager):
         scheduler = require(queue, "scheduler")
@@ -72,20 +69,17 @@ def manager_of(scheduler):
 
 
 def send_kv_metadata(original, queue, decode_req, kv_indices, page_size, *args, **kwargs):
-    """AROUND `DecodePreallocQueue._send_kv_metadata`: tell a Lynx receiver its exact token count."""
-    from lynx_patches.pd.conn import LynxKVReceiver
-
-    receiver = decode_req.kv_receiver
-    if isinstance(receiver, LynxKVReceiver):
+    """AROUND `DecodePreallocQueue._send_kv_metadata`: a Lynx receiver's `send_metadata` gets the
+    exact number of tokens to receive (SGLang passes it only the pages that hold them); SGLang
+    hands this method's keyword arguments on to `send_metadata`."""
+    if isinstance(decode_req.kv_receiver, LynxKVReceiver):
         prefix = int(kwargs.get("decode_prefix_len") or 0)
-        receiver.lynx_tokens = len(decode_req.req.origin_input_ids) - prefix
+        kwargs["lynx_num_tokens"] = len(decode_req.req.origin_input_ids) - prefix
     return original(queue, decode_req, kv_indices, page_size, *args, **kwargs)
 
 
 def require(obj, name: str):
     """``obj.name``; a LynxHookError naming the SGLang attribute if this SGLang lacks it."""
-    from lynx_patches.selfcheck import LynxHookError
-
     try:
         return getattr(obj, name)
     except AttributeError:

@@ -21,7 +21,6 @@ from lynx_patches.speculate.state import (
 from lynx_patches.startup import lynx_config_of
 
 CONTROLLER_ATTR = "_lynx_controller"
-WAKE_ATTR = "_lynx_wake"
 
 
 def controller_of(scheduler):
@@ -33,7 +32,7 @@ def controller_of(scheduler):
             return None
         controller = SpecController(scheduler, manager.side)
         setattr(scheduler, CONTROLLER_ATTR, controller)
-        setattr(manager, WAKE_ATTR, controller.idle.wake)  # `kv_status` wakes the idle wait
+        manager.notify_status_changes(controller.idle.wake)  # a transfer moved: stop idling
     return controller
 
 
@@ -91,14 +90,6 @@ def on_idle(result, scheduler, *args, **kwargs):
     controller = getattr(scheduler, CONTROLLER_ATTR, None)
     if controller is not None:
         controller.idle.wait()
-    return None
-
-
-def kv_status(result, manager, *args, **kwargs):
-    """AFTER `CommonKVManager.update_status`: a Lynx decode rank's transfer moved; stop idling."""
-    wake = getattr(manager, WAKE_ATTR, None)
-    if wake is not None:
-        wake()
     return None
 
 
@@ -179,7 +170,6 @@ HOOKS = (
     Hook(targets.SCHEDULER_IS_FULLY_IDLE, is_fully_idle, "AFTER"),
     Hook(targets.SCHEDULER_ON_IDLE, on_idle, "AFTER"),
     Hook(targets.SCHEDULER_INFLIGHT_REQS, inflight_reqs, "AFTER"),
-    Hook(targets.KV_MANAGER_UPDATE_STATUS, kv_status, "AFTER"),
     Hook(targets.SAMPLER_FORWARD, sampler_forward, "AROUND"),
     Hook(targets.STREAM_ACCEPT, stream_accept, "AROUND"),
     Hook(targets.REQ_UPDATE_FINISH_STATE, update_finish_state, "AROUND"),

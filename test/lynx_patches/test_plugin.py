@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
+from types import SimpleNamespace
 from importlib.metadata import entry_points
 
 import pytest
@@ -218,3 +219,34 @@ def test_lynx_refuses_to_start_naming_an_attribute_sglang_no_longer_sets(plugins
     monkeypatch.setattr(idle_sleeper, "IdleSleeper", _RenamedSleeper)
     with pytest.raises(LynxHookError, match=r"idle_sleeper\.IdleSleeper\(\)\.poller\b"):
         verify_hooks()
+
+
+def test_no_hook_patches_an_sglang_class_the_lynx_backend_subclasses():
+    """What the lynx backend needs of SGLang's PD base classes, its subclasses override."""
+    from lynx_patches.pd.conn import LynxKVReceiver, LynxKVSender
+    from lynx_patches.pd.manager import LynxKVManager
+
+    lynx = (LynxKVManager, LynxKVSender, LynxKVReceiver)
+    bases = {f"{c.__module__}.{c.__qualname__}" for cls in lynx for c in cls.__mro__}
+    assert "sglang.srt.disaggregation.common.conn.CommonKVManager" in bases
+    assert [h.target for h in all_hooks() if h.target.rsplit(".", 1)[0] in bases] == []
+
+
+def test_a_lynx_scheduler_refuses_to_start_when_sglang_lacks_a_name_lynx_uses(plugins_loaded, monkeypatch):
+    from sglang.srt.managers.scheduler_components import idle_sleeper
+
+    from lynx_patches.hooks import scheduler_init
+
+    monkeypatch.setattr(idle_sleeper, "IdleSleeper", _RenamedSleeper)
+    scheduler_init(object(), SimpleNamespace())  # no --lynx: nothing to check
+    with pytest.raises(LynxHookError, match=r"IdleSleeper\(\)\.poller"):
+        scheduler_init(object(), server_args=SimpleNamespace(_lynx=LynxConfig()))
+
+
+@pytest.mark.slow
+def test_importing_the_plugin_package_imports_neither_sglang_nor_the_hook_table():
+    """SGLang imports `lynx_patches` while it resolves its platform; the package must not import it back."""
+    loaded = "sorted(m for m in sys.modules if m.startswith(('sglang', 'lynx_patches.')))"
+    code = f"import sys, lynx_patches; print({loaded})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

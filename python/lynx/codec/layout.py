@@ -19,16 +19,37 @@ Version 1 (no version number on the wire) had no sink tokens and split one
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
-
-if TYPE_CHECKING:
-    from lynx.codec.spec import CodecSpec
 
 FORMAT_VERSION = 2
 INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 SCALE_BYTES = 2
+
+
+@runtime_checkable
+class SpecFields(Protocol):
+    """The fields of a `lynx.codec.spec.CodecSpec` the byte accounting reads.
+
+    A leaf: this module sizes the wire layout for `CodecSpec`, whose
+    `stream_bytes` and `bytes_per_token` call back into it, so it names the
+    fields it needs instead of importing the class.
+    """
+
+    @property
+    def stage_bits(self) -> Sequence[int]: ...
+    @property
+    def anchor_bits(self) -> int: ...
+    @property
+    def key_group_tokens(self) -> int: ...
+    @property
+    def value_group_channels(self) -> int: ...
+    @property
+    def sink_tokens(self) -> int: ...
+    @property
+    def raw_residual(self) -> bool: ...
 
 
 class AnchorSections(NamedTuple):
@@ -49,17 +70,17 @@ def packed_bytes(count: int, width: int) -> int:
     return (count * width + 7) // 8
 
 
-def sink_count(spec: CodecSpec, num_tokens: int) -> int:
+def sink_count(spec: SpecFields, num_tokens: int) -> int:
     """Number of leading tokens sent raw: ``min(sink_tokens, num_tokens)``."""
     return min(spec.sink_tokens, num_tokens)
 
 
-def num_key_groups(spec: CodecSpec, num_tokens: int) -> int:
+def num_key_groups(spec: SpecFields, num_tokens: int) -> int:
     """Number of token blocks sharing a key min/scale among ``num_tokens`` quantized tokens."""
     return -(-num_tokens // spec.key_group_tokens)
 
 
-def check_shape(spec: CodecSpec, num_tokens: int, kv_heads: int, head_dim: int) -> None:
+def check_shape(spec: SpecFields, num_tokens: int, kv_heads: int, head_dim: int) -> None:
     """Raise ValueError unless ``[num_tokens, kv_heads, head_dim]`` can be encoded."""
     for name, size in (("num_tokens", num_tokens), ("kv_heads", kv_heads), ("head_dim", head_dim)):
         if not isinstance(size, int) or isinstance(size, bool) or size < 1:
@@ -78,7 +99,7 @@ def check_input_dtype(dtype: torch.dtype) -> None:
 
 
 def anchor_sections(
-    spec: CodecSpec, num_tokens: int, kv_heads: int, head_dim: int, dtype: torch.dtype
+    spec: SpecFields, num_tokens: int, kv_heads: int, head_dim: int, dtype: torch.dtype
 ) -> AnchorSections:
     """Byte sizes of the anchor's sections for ``num_tokens`` tokens of input ``dtype``."""
     check_shape(spec, num_tokens, kv_heads, head_dim)
@@ -93,7 +114,7 @@ def anchor_sections(
 
 
 def stream_bytes(
-    spec: CodecSpec, num_tokens: int, kv_heads: int, head_dim: int, dtype: torch.dtype
+    spec: SpecFields, num_tokens: int, kv_heads: int, head_dim: int, dtype: torch.dtype
 ) -> tuple[int, ...]:
     """Exact byte length of each stream, anchor first; see :meth:`CodecSpec.stream_bytes`."""
     sizes = [sum(anchor_sections(spec, num_tokens, kv_heads, head_dim, dtype))]
@@ -104,7 +125,7 @@ def stream_bytes(
     return tuple(sizes)
 
 
-def bytes_per_token(spec: CodecSpec, kv_heads: int, head_dim: int, dtype: torch.dtype) -> tuple[float, ...]:
+def bytes_per_token(spec: SpecFields, kv_heads: int, head_dim: int, dtype: torch.dtype) -> tuple[float, ...]:
     """Bytes per quantized token of each stream; see :meth:`CodecSpec.bytes_per_token`."""
     check_input_dtype(dtype)
     check_shape(spec, 1, kv_heads, head_dim)

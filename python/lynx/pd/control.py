@@ -20,6 +20,7 @@ from lynx.heads import HeadShard
 from lynx.transfer.frames import seal, unseal
 from lynx.transfer.keys import NONCE_BYTES
 from lynx.transfer.messages import Const, Decimal, Decimals, Flag, MessageError, Raw, Text, decode, encode, message
+from lynx.transfer.mooncake.control import MooncakeEndpoint
 
 REGISTER_TAG = b"None"  # SGLang's marker for a registration message
 STATUS_TAG = b"LYNX_STATUS"
@@ -49,8 +50,6 @@ def check_data_endpoint(endpoint: str, host: str) -> None:
     whose engine session and control socket must both be on `host`.
     """
     if endpoint.startswith(MOONCAKE_SCHEME):
-        from lynx.transfer.mooncake.control import MooncakeEndpoint
-
         try:
             parsed = MooncakeEndpoint.parse(endpoint)
         except ValueError as exc:

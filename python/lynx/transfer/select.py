@@ -8,13 +8,20 @@ The sides of the PD backend ask here for a `Transport` (prefill) or a
 * ``mooncake``: Mooncake's TransferEngine writes messages into a registered
   arena of the listener (TCP here, RDMA on clusters); its control plane is
   CurveZMQ, its data plane is never encrypted (frames stay MAC-checked).
+
+Both are imported here whatever is configured: the Mooncake modules import the
+optional ``mooncake`` package only when an engine is made
+(`lynx.transfer.mooncake.engine`).
 """
 
 from __future__ import annotations
 
 from lynx.config import LynxConfig
 from lynx.transfer.keys import curve_keys
+from lynx.transfer.mooncake.listener import MooncakeListener
+from lynx.transfer.mooncake.transport import MooncakeTransport
 from lynx.transfer.transport import Listener, Transport
+from lynx.transfer.zmq_transport import ZmqListener, ZmqTransport
 
 FRAME_OVERHEAD = 4096  # a frame's header part and a manifest fit in this beside a chunk
 
@@ -23,13 +30,9 @@ def make_listener(config: LynxConfig, secret: bytes, host: str) -> Listener:
     """The decode rank's data listener, bound to `host`; frames up to `config.chunk_bytes`."""
     largest = config.chunk_bytes + FRAME_OVERHEAD
     if config.transport == "mooncake":
-        from lynx.transfer.mooncake.listener import MooncakeListener
-
         return MooncakeListener(
             secret, host, protocol=config.mooncake_protocol, device=config.mooncake_device, slot_bytes=largest
         )
-    from lynx.transfer.zmq_transport import ZmqListener
-
     curve = curve_keys(secret) if secret and not config.plaintext_data else None
     return ZmqListener(host=host, max_message_bytes=largest, curve=curve)
 
@@ -37,8 +40,6 @@ def make_listener(config: LynxConfig, secret: bytes, host: str) -> Listener:
 def make_transport(config: LynxConfig, secret: bytes, host: str) -> Transport:
     """The prefill rank's sending transport (advertising `host` where the transport needs to)."""
     if config.transport == "mooncake":
-        from lynx.transfer.mooncake.transport import MooncakeTransport
-
         return MooncakeTransport(
             secret,
             host=host,
@@ -46,6 +47,4 @@ def make_transport(config: LynxConfig, secret: bytes, host: str) -> Transport:
             device=config.mooncake_device,
             staging_slot_bytes=config.chunk_bytes + FRAME_OVERHEAD,
         )
-    from lynx.transfer.zmq_transport import ZmqTransport
-
     return ZmqTransport(curve=curve_keys(secret) if secret and not config.plaintext_data else None)

@@ -105,3 +105,10 @@ def test_byte_accounting_rejects_indivisible_head_dim_and_bad_dtype():
         spec.bytes_per_token(3, 64, torch.int8)
     with pytest.raises(ValueError, match="num_tokens"):
         spec.stream_bytes(0, 3, 64)
+
+
+def test_the_layout_reads_only_fields_a_codec_spec_has():
+    from lynx.codec.layout import SpecFields
+
+    assert isinstance(CodecSpec((2, 2)), SpecFields)
+    assert not isinstance(object(), SpecFields)

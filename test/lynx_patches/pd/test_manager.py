@@ -1,10 +1,12 @@
-"""What `LynxKVManager` decides on its own: where a decode rank's data listener binds."""
+"""What `LynxKVManager` decides on its own: where a decode rank's data listener binds, and who
+hears of a room's status change."""
 
 import pytest
 from pd_fakes import SECRET, DecodeHost, config
+from sglang.srt.disaggregation.base.conn import KVPoll
 
 from lynx.pd.decode_side import DecodeSide
-from lynx_patches.pd.manager import bind_host
+from lynx_patches.pd.manager import LynxKVManager, bind_host
 
 LOCAL_IP = "10.0.0.7"
 
@@ -24,3 +26,21 @@ def test_a_decode_side_bound_to_loopback_advertises_a_loopback_data_endpoint():
         assert not side.data_endpoint.endswith(":0")
     finally:
         side.close()
+
+
+def _room_table_only() -> LynxKVManager:
+    """A manager with just the room table SGLang's `update_status` keeps (no sockets, no threads)."""
+    manager = object.__new__(LynxKVManager)
+    manager.request_status, manager.deferred_bootstrap = {}, None
+    manager._deferred_ack_targets, manager._deferred_ack_poisoned_rooms, manager._staging_outstanding = {}, set(), {}
+    return manager
+
+
+def test_each_status_change_reaches_the_listener_after_sglang_recorded_it():
+    manager = _room_table_only()
+    manager.update_status(7, KVPoll.Bootstrapping)  # no listener yet
+    seen = []
+    manager.notify_status_changes(lambda: seen.append(dict(manager.request_status)))
+    manager.update_status(7, KVPoll.WaitingForInput)
+    manager.update_status(7, KVPoll.Failed)
+    assert seen == [{7: KVPoll.WaitingForInput}, {7: KVPoll.Failed}]
