@@ -108,7 +108,7 @@ USED = (
         "kv_indices, index_slice, is_last_chunk, aux_index, state_indices, num_kv_tokens)"
     ),
     f"{_COMMON}.CommonKVSender.__init__(mgr, bootstrap_addr, bootstrap_room)",
-    *_members(f"{_COMMON}.CommonKVSender", "send poll abort clear failure_exception"),
+    *_members(f"{_COMMON}.CommonKVSender", "send poll abort clear failure_exception get_transfer_metric"),
     *_instance(f"{_COMMON}.CommonKVSender", "kv_mgr bootstrap_room conclude_state"),
     f"{_COMMON}.CommonKVReceiver.__init__(mgr, bootstrap_addr, bootstrap_room)",
     f"{_COMMON}.CommonKVReceiver.send_metadata(kv_indices, aux_index, state_indices, decode_prefix_len)",
@@ -120,6 +120,7 @@ USED = (
     *_instance(f"{_COMMON}.AbortNotification", "room decode_ip decode_port"),
     *_members(_COMMON, "CommonKVBootstrapServer ABORT_TAG KVTransferError"),
     "sglang.srt.disaggregation.base.conn.KVPoll",
+    *_instance("sglang.srt.disaggregation.base.conn.KVTransferMetric", "transfer_total_bytes"),
     "sglang.srt.disaggregation.base.KVArgs",
     *_instance("sglang.srt.disaggregation.base.conn.KVArgs", "page_size engine_rank aux_data_ptrs aux_item_lens"),
     "sglang.srt.disaggregation.utils.TransferBackend",

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import time
 
+from lynx.pd.pool import page_slots
 from lynx.transfer.rooms import DuplicateRoom
-from sglang.srt.disaggregation.base.conn import KVPoll
+from sglang.srt.disaggregation.base.conn import KVPoll, KVTransferMetric
 from sglang.srt.disaggregation.common.conn import (
     CommonKVBootstrapServer,
     CommonKVReceiver,
     CommonKVSender,
     KVTransferError,
 )
-
-from lynx.pd.pool import page_slots
 
 DUPLICATE = (
     "bootstrap_room {room} is already used by a live request on this server; "
@@ -44,6 +43,7 @@ class LynxKVSender(_ClaimsItsRoom, CommonKVSender):
 
     def __init__(self, mgr, bootstrap_addr, bootstrap_room, *args, **kwargs):
         self.lynx_side = mgr.side
+        self._wire_bytes: int | None = None
         self._lynx_owner = self.lynx_side.claim(bootstrap_room)
         super().__init__(mgr, bootstrap_addr, bootstrap_room, *args, **kwargs)
         if not self._lynx_owner:
@@ -64,8 +64,19 @@ class LynxKVSender(_ClaimsItsRoom, CommonKVSender):
 
     def clear(self) -> None:
         if self._lynx_owner:
+            self._wire_bytes = self.lynx_side.wire_bytes(self.bootstrap_room)
             self.lynx_side.release(self.bootstrap_room)
             super().clear()
+
+    def get_transfer_metric(self) -> KVTransferMetric:
+        """SGLang's transfer metric (`sglang:kv_transfer_*`) with the bytes this rank puts on the
+        wire for the request, every stream and the metadata as encoded, where SGLang counts the
+        pool's bytes of its tokens. SGLang reads it after `clear`; its latency stays the hand-off,
+        from the first chunk to the pages freed (encoded and queued), not the link's time."""
+        metric = super().get_transfer_metric()
+        if self._wire_bytes is not None:
+            metric.transfer_total_bytes = self._wire_bytes
+        return metric
 
 
 class LynxKVReceiver(_ClaimsItsRoom, CommonKVReceiver):

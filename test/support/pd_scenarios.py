@@ -167,6 +167,7 @@ class Run:
     free_before: dict | None = None
     free_after: dict | None = None
     decode_metrics: str = ""  # the decode server's Prometheus text (with --enable-metrics)
+    prefill_metrics: str = ""  # the prefill server's
 
 
 class LazyRuns:
@@ -243,9 +244,14 @@ def run_deployment(dep: Deployment, model_path, bodies: dict, log_dir, secret_fi
         free = run.free_before["kv_free_slots"]
         run.free_after = wait_lynx_state(pd.decode, lambda s: s["kv_free_slots"] == free, 30.0)
         if "--enable-metrics" in dep.lynx_args:
-            with urllib.request.urlopen(f"{pd.decode.url}/metrics", timeout=30) as resp:
-                run.decode_metrics = resp.read().decode()
+            run.decode_metrics = _metrics_text(pd.decode.url)
+            run.prefill_metrics = _metrics_text(pd.prefill.url)
     return run
+
+
+def _metrics_text(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as resp:
+        return resp.read().decode()
 
 
 def _run_isolated(dep: Deployment, model_path, bodies: dict, log_dir, secret_file, extended: bool) -> Run:
