@@ -24,10 +24,6 @@ NESTED_ALLOWED = {
     # Triton is optional: `lynx_kernels` imports it at module level, so the reference codec
     # imports the kernels only when it dispatches to them.
     ("lynx.codec.pool", "lynx_kernels"): "Triton (optional)",
-    # The plugin entry point stays cheap: SGLang imports `lynx_patches` while it resolves its
-    # platform (entry point `lynx_patches.platform:activate`), before its own modules import
-    # cleanly; the hook table, which imports SGLang, is imported when SGLang calls `register()`.
-    ("lynx_patches", "lynx_patches.hooks"): "SGLang plugin entry point",
 }
 
 

@@ -33,7 +33,7 @@ def _parse(argv):
 def test_entry_points_name_the_lynx_plugin_and_platform():
     general = {ep.name: ep.value for ep in entry_points(group="sglang.srt.plugins")}
     platforms = {ep.name: ep.value for ep in entry_points(group="sglang.srt.platforms")}
-    assert general["lynx"] == "lynx_patches:register"
+    assert general["lynx"] == "lynx_patches.hooks:register"
     assert platforms["lynx_cpu"] == "lynx_patches.platform:activate"
 
 
