@@ -110,13 +110,23 @@ def test_prometheus_exports_lynx_counters(runs):
     for name in ("lynx:speculative_tokens_total", "lynx:accepted_tokens_total", "lynx:rollbacks_total",
                  "lynx:anchor_ready_seconds_bucket", "lynx:verify_seconds_count"):  # fmt: skip
         assert name in text, name
-    spec = [ln for ln in text.splitlines() if ln.startswith("lynx:speculative_tokens_total")]
-    assert spec and float(spec[0].rsplit(" ", 1)[1]) > 0
+    spec = _samples(text, "lynx:speculative_tokens_total")
+    assert spec and spec[0][1] > 0
+
+
+def _samples(text: str, name: str) -> list[tuple[str, float]]:
+    """Every sample of `name` in Prometheus text: its label set as written, and its value."""
+    found = []
+    for line in text.splitlines():
+        if line.split("{")[0].split(" ")[0] == name:
+            head, value = line.rsplit(" ", 1)
+            found.append((head[len(name):], float(value)))
+    return found
 
 
 def _metric_total(text: str, name: str) -> float:
     """The sum of every sample of `name` (all label sets) in Prometheus text."""
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.split("{")[0].split(" ")[0] == name)
+    return sum(value for _, value in _samples(text, name))
 
 
 def test_sglangs_transfer_metrics_count_the_bytes_lynx_sends(runs, model_path):
@@ -139,10 +149,10 @@ def test_sglangs_transfer_metrics_count_the_bytes_lynx_sends(runs, model_path):
 def _stage_counts(text: str) -> dict[str, float]:
     """`sglang:per_stage_req_latency_seconds` observations per stage, from Prometheus text."""
     counts: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("sglang:per_stage_req_latency_seconds_count{") and 'stage="' in line:
-            stage = line.split('stage="', 1)[1].split('"', 1)[0]
-            counts[stage] = counts.get(stage, 0.0) + float(line.rsplit(" ", 1)[1])
+    for labels, value in _samples(text, "sglang:per_stage_req_latency_seconds_count"):
+        if 'stage="' in labels:
+            stage = labels.split('stage="', 1)[1].split('"', 1)[0]
+            counts[stage] = counts.get(stage, 0.0) + value
     return counts
 
 
