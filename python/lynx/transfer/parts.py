@@ -20,7 +20,7 @@ from lynx.transfer.rooms import DuplicateRoom, RoomTable
 
 _ORDER = [
     RoomState.RESERVED, RoomState.RECEIVING, RoomState.WRITING, RoomState.ANCHORED, RoomState.LANDED,
-    RoomState.COMPLETE, RoomState.CLOSED,
+    RoomState.COMPLETE, RoomState.CLOSING, RoomState.CLOSED,
 ]  # fmt: skip
 
 

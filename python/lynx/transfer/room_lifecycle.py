@@ -18,11 +18,14 @@ into KV slots a receiving rank reserved. The states, in order:
 * ``ANCHORED``: the anchor is in the slots; later streams are still arriving.
 * ``LANDED``: every stream has arrived; the consumer takes the rest of the KV.
 * ``COMPLETE``: all of the KV is in the slots.
-* ``FAILED`` (terminal, with `Room.failure`) and ``CLOSED`` (released):
-  nothing is written any more.
+* ``CLOSING``: released; nothing new enters the slots, and the release waits
+  for the threads still inside them (a write, an upgrade: `Room.inside`).
+* ``FAILED`` (terminal, with `Room.failure`) and ``CLOSED`` (released, its
+  slots free): nothing is written any more.
 
-Any live state but ``WRITING`` may fail or close at once; a write in progress
-is failed or closed when it ends. `TRANSITIONS` is the whole table; `advance`
+Any live state but ``WRITING`` may fail at once; a write in progress is failed
+when it ends. A release moves any live state to ``CLOSING`` and, once nobody
+is inside the slots, to ``CLOSED``. `TRANSITIONS` is the whole table; `advance`
 is the one place it is applied (`lynx.transfer.rooms.RoomTable` calls it,
 under its lock, for every change of state).
 
@@ -33,6 +36,7 @@ Ownership is a second, one-way change: a room is the transfer's
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -54,6 +58,7 @@ class RoomState(enum.Enum):
     ANCHORED = "anchored"
     LANDED = "landed"
     COMPLETE = "complete"
+    CLOSING = "closing"
     FAILED = "failed"
     CLOSED = "closed"
 
@@ -73,17 +78,18 @@ class RoomState(enum.Enum):
         return self in UPGRADABLE
 
 
-LIVE = frozenset(set(RoomState) - {RoomState.FAILED, RoomState.CLOSED})
+LIVE = frozenset(set(RoomState) - {RoomState.CLOSING, RoomState.FAILED, RoomState.CLOSED})
 ANCHOR_IN = frozenset({RoomState.ANCHORED, RoomState.LANDED, RoomState.COMPLETE})
 UPGRADABLE = frozenset({RoomState.RECEIVING, RoomState.ANCHORED, RoomState.LANDED})
 
 TRANSITIONS: Mapping[RoomState, frozenset[RoomState]] = MappingProxyType({
-    RoomState.RESERVED: frozenset({RoomState.RECEIVING, RoomState.FAILED, RoomState.CLOSED}),
-    RoomState.RECEIVING: frozenset({RoomState.WRITING, RoomState.FAILED, RoomState.CLOSED}),
-    RoomState.WRITING: frozenset({RoomState.RECEIVING, RoomState.ANCHORED, RoomState.FAILED, RoomState.CLOSED}),
-    RoomState.ANCHORED: frozenset({RoomState.LANDED, RoomState.COMPLETE, RoomState.FAILED, RoomState.CLOSED}),
-    RoomState.LANDED: frozenset({RoomState.COMPLETE, RoomState.FAILED, RoomState.CLOSED}),
-    RoomState.COMPLETE: frozenset({RoomState.FAILED, RoomState.CLOSED}),
+    RoomState.RESERVED: frozenset({RoomState.RECEIVING, RoomState.FAILED, RoomState.CLOSING}),
+    RoomState.RECEIVING: frozenset({RoomState.WRITING, RoomState.FAILED, RoomState.CLOSING}),
+    RoomState.WRITING: frozenset({RoomState.RECEIVING, RoomState.ANCHORED, RoomState.FAILED, RoomState.CLOSING}),
+    RoomState.ANCHORED: frozenset({RoomState.LANDED, RoomState.COMPLETE, RoomState.FAILED, RoomState.CLOSING}),
+    RoomState.LANDED: frozenset({RoomState.COMPLETE, RoomState.FAILED, RoomState.CLOSING}),
+    RoomState.COMPLETE: frozenset({RoomState.FAILED, RoomState.CLOSING}),
+    RoomState.CLOSING: frozenset({RoomState.CLOSED}),
     RoomState.FAILED: frozenset(),
     RoomState.CLOSED: frozenset(),
 })  # fmt: skip
@@ -152,9 +158,11 @@ class Room:
         timings: seconds from ``since`` to ``manifest_s``, ``anchor_ready_s``,
             ``residual_ready_s``; and ``transferred_tokens``.
         owner: see `Owner`.
-        closing: a close is waiting for a write or an upgrade to end.
-        upgrading: a thread is upgrading the room's slots (the upgrade fence,
-            which leaves the state alone).
+        inside: how many threads are inside the room's slots (a writer, an
+            upgrader; `RoomTable.writing`, `RoomTable.upgrading`): a release
+            waits until none is.
+        upgrade_turn: the upgraders' lock: the room's two upgraders (the
+            receiver's data thread, the consumer) take turns.
     """
 
     room: int
@@ -177,8 +185,8 @@ class Room:
     assembly: SegmentedAssembly | None = field(default=None, init=False)
     timings: dict[str, float] = field(default_factory=dict, init=False)
     owner: Owner = field(default=Owner.TRANSFER, init=False)
-    closing: bool = field(default=False, init=False)
-    upgrading: bool = field(default=False, init=False)
+    inside: int = field(default=0, init=False)
+    upgrade_turn: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.request = self.room

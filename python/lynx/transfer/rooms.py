@@ -7,8 +7,9 @@ clock for every deadline: a no-progress deadline per room (armed with the
 manifest, pushed back by the room's own progress) and a cap per transfer.
 It also holds the two fences around writes into a room's slots: `writing`
 (an anchor write: the room is ``WRITING`` meanwhile) and `upgrading` (a
-residual rewriting anchor-only slots, which leaves the state alone). Closing
-a room waits for both, so slots are never freed under a writer.
+residual rewriting anchor-only slots, which leaves the state alone). Each
+counts the threads inside (`Room.inside`); a release (``CLOSING``) waits
+until none is, so slots are never freed under a writer.
 """
 
 from __future__ import annotations
@@ -172,25 +173,28 @@ class RoomTable:
     def writing(self, room: int, final: bool = True) -> Iterator[bool]:
         """Fence a write into the room's slots: yields True if the room may be written (it is RECEIVING).
 
-        While inside, `close` waits and `fail` only marks the room. On exit the
-        room is ANCHORED if this was its `final` anchor write (else RECEIVING
-        again, for the next segment), FAILED if a failure was recorded
-        meanwhile, or CLOSED if a `close` waits for it (`anchored` tells).
+        While inside, a release waits (the room is ``CLOSING``) and `fail`
+        only marks the room. On exit the room is ANCHORED if this was its
+        `final` anchor write (else RECEIVING again, for the next segment),
+        FAILED if a failure was recorded meanwhile, or left to the waiting
+        release (`anchored` tells).
         """
         with self._cond:
             entry = self._rooms.get(room)
-            allowed = entry is not None and entry.state is RoomState.RECEIVING and not entry.closing
+            allowed = entry is not None and entry.state is RoomState.RECEIVING
             if allowed:
                 self._move(entry, RoomState.WRITING)
+                entry.inside += 1
         try:
             yield allowed
         finally:
             if allowed:
                 with self._cond:
-                    if entry.failure is not None:
+                    entry.inside -= 1
+                    if entry.state is RoomState.CLOSING:
+                        self._cond.notify_all()  # released meanwhile: never reported anchored
+                    elif entry.failure is not None:
                         self._move(entry, RoomState.FAILED)
-                    elif entry.closing:
-                        self._move(entry, RoomState.CLOSED)  # released meanwhile: never reported anchored
                     elif final:
                         entry.timings["anchor_ready_s"] = self.clock() - entry.since
                         self._move(entry, RoomState.ANCHORED)
@@ -200,26 +204,30 @@ class RoomTable:
     @contextmanager
     def upgrading(self, room: int) -> Iterator[Room | None]:
         """Fence an upgrade of the room's slots: yields the room if they may be upgraded (it is
-        live, receiving or past its anchor, and not closing), else None.
+        live, receiving or past its anchor), else None.
 
-        Waits while another thread upgrades the room, so its two upgraders (the
-        receiver's data thread between messages, the consumer before it reads
-        the slots) take turns. While inside, `close` waits and `fail` marks the
-        room failed (its slots stay reserved until the close).
+        Waits while another thread upgrades the room (`Room.upgrade_turn`), so
+        its two upgraders (the receiver's data thread between messages, the
+        consumer before it reads the slots) take turns. The state stays as it
+        is; while inside, a release waits and `fail` marks the room failed (its
+        slots stay reserved until the release).
         """
-        with self._cond:
-            entry = self._rooms.get(room)
-            self._cond.wait_for(lambda: entry is None or not entry.upgrading)
-            allowed = entry is not None and entry.state.upgradable and not entry.closing
-            if allowed:
-                entry.upgrading = True
-        try:
-            yield entry if allowed else None
-        finally:
-            if allowed:
-                with self._cond:
-                    entry.upgrading = False
-                    self._cond.notify_all()
+        entry = self.get(room)
+        if entry is None:
+            yield None
+            return
+        with entry.upgrade_turn:
+            with self._cond:
+                allowed = entry.state.upgradable
+                if allowed:
+                    entry.inside += 1
+            try:
+                yield entry if allowed else None
+            finally:
+                if allowed:
+                    with self._cond:
+                        entry.inside -= 1
+                        self._cond.notify_all()
 
     def all_landed(self, room: int, complete: bool) -> None:
         """Every stream arrived: ANCHORED -> LANDED, or COMPLETE when nothing is left to apply."""
@@ -281,7 +289,8 @@ class RoomTable:
             return entry
 
     def close(self, room: int, owner: Owner | None = None) -> Room | None:
-        """End the room and drop it, waiting for a write in progress; returns it (None if unknown).
+        """Release the room and drop it: a live room is CLOSING until nobody is inside its slots
+        (a write or an upgrade in progress), then CLOSED; returns it (None if unknown).
 
         With ``owner``, only a room of that owner is dropped. Afterwards nothing
         writes into the room's slots: the caller may free them.
@@ -290,9 +299,10 @@ class RoomTable:
             entry = self._rooms.get(room)
             if entry is None or (owner is not None and entry.owner is not owner):
                 return None
-            entry.closing = True
-            self._cond.wait_for(lambda: entry.state is not RoomState.WRITING and not entry.upgrading)
             if entry.state.live:
+                self._move(entry, RoomState.CLOSING)
+            self._cond.wait_for(lambda: entry.inside == 0)
+            if entry.state is RoomState.CLOSING:
                 self._move(entry, RoomState.CLOSED)
             entry.assembly = None
             if self._rooms.get(room) is entry:

@@ -25,23 +25,24 @@ S = RoomState
 ALLOWED = {
     (S.RESERVED, S.RECEIVING),
     (S.RESERVED, S.FAILED),
-    (S.RESERVED, S.CLOSED),
+    (S.RESERVED, S.CLOSING),
     (S.RECEIVING, S.WRITING),
     (S.RECEIVING, S.FAILED),
-    (S.RECEIVING, S.CLOSED),
+    (S.RECEIVING, S.CLOSING),
     (S.WRITING, S.RECEIVING),
     (S.WRITING, S.ANCHORED),
     (S.WRITING, S.FAILED),
-    (S.WRITING, S.CLOSED),
+    (S.WRITING, S.CLOSING),
     (S.ANCHORED, S.LANDED),
     (S.ANCHORED, S.COMPLETE),
     (S.ANCHORED, S.FAILED),
-    (S.ANCHORED, S.CLOSED),
+    (S.ANCHORED, S.CLOSING),
     (S.LANDED, S.COMPLETE),
     (S.LANDED, S.FAILED),
-    (S.LANDED, S.CLOSED),
+    (S.LANDED, S.CLOSING),
     (S.COMPLETE, S.FAILED),
-    (S.COMPLETE, S.CLOSED),
+    (S.COMPLETE, S.CLOSING),
+    (S.CLOSING, S.CLOSED),
 }
 MOVES = list(product(RoomState, RoomState))
 
@@ -83,13 +84,18 @@ def test_every_state_is_reachable_from_reserved_and_only_a_write_moves_back():
     assert backwards == {(S.WRITING, S.RECEIVING)}, "a segment's write returns to receiving the next"
 
 
-def test_any_live_state_but_writing_fails_or_closes_at_once():
+def test_any_live_state_but_writing_fails_at_once_and_every_live_state_is_released_through_closing():
     for state in LIVE - {S.WRITING}:
-        assert advance(state, S.FAILED) is S.FAILED and advance(state, S.CLOSED) is S.CLOSED
+        assert advance(state, S.FAILED) is S.FAILED
+    for state in LIVE:
+        assert advance(state, S.CLOSING) is S.CLOSING
+        with pytest.raises(RefusedTransition):
+            advance(state, S.CLOSED)
+    assert TRANSITIONS[S.CLOSING] == {S.CLOSED}, "a release ends closed, whatever failed meanwhile"
 
 
 def test_the_live_anchored_and_upgradable_states():
-    assert LIVE == set(RoomState) - {S.FAILED, S.CLOSED}
+    assert LIVE == set(RoomState) - {S.CLOSING, S.FAILED, S.CLOSED}
     assert ANCHOR_IN == {S.ANCHORED, S.LANDED, S.COMPLETE}
     assert UPGRADABLE == {S.RECEIVING, S.ANCHORED, S.LANDED}
     assert {s for s in RoomState if s.live} == LIVE

@@ -237,7 +237,7 @@ def test_a_room_closed_during_its_final_write_is_never_anchored():
     assert inside.wait(10)
     closer = threading.Thread(target=rooms.close, args=(7,))
     closer.start()
-    assert wait_until(lambda: rooms.get(7).closing)
+    assert wait_until(lambda: rooms.state(7) is RoomState.CLOSING)
     release.set()
     thread.join(10)
     closer.join(10)
@@ -395,7 +395,7 @@ def _one_stream_then_a_late_failure(rooms, clock):
         (_walk_to_complete, [
             (S.RESERVED, S.RECEIVING), (S.RECEIVING, S.WRITING), (S.WRITING, S.RECEIVING),
             (S.RECEIVING, S.WRITING), (S.WRITING, S.ANCHORED), (S.ANCHORED, S.LANDED), (S.LANDED, S.COMPLETE),
-            (S.COMPLETE, S.CLOSED),
+            (S.COMPLETE, S.CLOSING), (S.CLOSING, S.CLOSED),
         ]),
         (_fail_during_a_write, [(S.RESERVED, S.RECEIVING), (S.RECEIVING, S.WRITING), (S.WRITING, S.FAILED)]),
         (_expire_an_armed_reservation, [(S.RESERVED, S.FAILED)]),
