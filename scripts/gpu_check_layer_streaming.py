@@ -85,7 +85,7 @@ class TimedRecorder(Recorder):
         return out
 
     def messages(self) -> list[bytes]:
-        from lynx.transfer.frames import alive_room
+        from lynx.transfer.alive import alive_room
 
         return sorted(b"".join(parts) for _, parts in self.sent if alive_room(parts) is None)
 

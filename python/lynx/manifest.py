@@ -18,6 +18,7 @@ import torch
 from lynx.codec import FORMAT_VERSION
 from lynx.kvwire import KVShape, WireFormat
 from lynx.transfer import frames
+from lynx.transfer.alive import ALIVE_VERSION
 from lynx.transfer.messages import Json, MessageError, decode, encode, message
 
 MANIFEST_TAG = b"LYNX_MANIFEST"
@@ -44,7 +45,7 @@ class ManifestAuthError(ManifestError):
 
 def wire_version() -> str:
     """What a peer must speak to exchange KV with this one (named in refusals)."""
-    return (f"manifest v{MANIFEST_VERSION}, codec format v{FORMAT_VERSION}, alive v{frames.ALIVE_VERSION}, "
+    return (f"manifest v{MANIFEST_VERSION}, codec format v{FORMAT_VERSION}, alive v{ALIVE_VERSION}, "
             f"metadata v{METADATA_VERSION}")  # fmt: skip
 
 

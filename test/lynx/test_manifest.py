@@ -1,3 +1,5 @@
+import struct
+
 import pytest
 import torch
 from lynx.kvwire import KVShape, WireFormat
@@ -69,6 +71,7 @@ def test_sealed_manifest_opens_with_its_transfer_key_only():
 def test_a_manifest_is_sealed_like_every_signed_message_and_its_mac_does_not_change():
     key = b"a" * 32
     parts = _manifest().seal(key)
+    assert parts[:3] == [b"LYNX_MANIFEST", struct.pack("!Q", 5), _manifest().to_bytes()]
     assert parts == frames.seal(key, parts[:3])
     assert frames.unseal(key, parts) == parts[:3]
     assert parts[3] == frames.sign(key, *parts[:3])  # what earlier releases sent: peers still agree

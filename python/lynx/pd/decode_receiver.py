@@ -27,7 +27,8 @@ from typing import Protocol
 
 from lynx.config import LynxConfig
 from lynx.manifest import ManifestAuthError, ManifestError, manifest_room, open_manifest
-from lynx.transfer.frames import FrameError, alive_room, decode_frame, open_alive, peek_room
+from lynx.transfer.alive import alive_room, open_alive
+from lynx.transfer.frames import FrameError, decode_frame, peek_room
 from lynx.transfer.parts import PartedRooms
 from lynx.transfer.room_lifecycle import RoomState
 from lynx.transfer.transport import Listener

@@ -28,7 +28,7 @@ import numpy as np
 from lynx.config import LynxConfig
 from lynx.heads import heads_to_send, part_of, transfer_room
 from lynx.manifest import wire_version
-from lynx.transfer.frames import encode_alive
+from lynx.transfer.alive import encode_alive
 from lynx.transfer.pacer import make_pacer
 from lynx.transfer.select import make_transport
 from lynx.transfer.sender import PrioritySender

@@ -198,32 +198,6 @@ def peek_room(parts: list[bytes]) -> int | None:
     return int.from_bytes(head[_ROOM_START:_ROOM_END], "big")
 
 
-ALIVE_TAG = b"LYNX_ALIVE"
-ALIVE_VERSION = 2
-ALIVE_STRUCT = struct.Struct("!BQQ")  # version, room, counter
-
-
-def encode_alive(room: int, counter: int, key: bytes) -> list[bytes]:
-    """``[ALIVE_TAG, (version u8, room u64, counter u64), MAC]``: the sender is still computing
-    `room`'s KV (keyed by the transfer). `counter` grows with every alive message of the sender,
-    so the receiver takes each one once (`open_alive`)."""
-    return seal(key, [ALIVE_TAG, ALIVE_STRUCT.pack(ALIVE_VERSION, room, counter)])
-
-
-def alive_room(parts: list[bytes]) -> int | None:
-    """The room an alive message names, unauthenticated (check it with `open_alive`); None if not one."""
-    if len(parts) != 3 or parts[0] != ALIVE_TAG or len(parts[1]) != ALIVE_STRUCT.size:
-        return None
-    return ALIVE_STRUCT.unpack(parts[1])[1]
-
-
-def open_alive(parts: list[bytes], key: bytes) -> int | None:
-    """The counter of an alive message of this version signed with `key` (its room's transfer key), else None."""
-    if alive_room(parts) is None or parts[1][0] != ALIVE_VERSION or unseal(key, parts) is None:
-        return None
-    return ALIVE_STRUCT.unpack(parts[1])[2]
-
-
 def seal(key: bytes, parts: list[bytes]) -> list[bytes]:
     """`parts` followed by their MAC (`sign`): how control messages, manifests and alive messages travel."""
     return [*parts, sign(key, *parts)]

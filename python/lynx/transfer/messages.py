@@ -5,7 +5,8 @@ parts in wire order, each a part codec naming the dataclass fields it carries
 (every field exactly once). `encode` and `decode` are then its only
 serializer; `Family` decodes whichever of several types a kind tag names. The
 pd control messages (`lynx.pd.control`), the Mooncake control messages
-(`lynx.transfer.mooncake.control`) and the manifest body (`lynx.manifest`) use it.
+(`lynx.transfer.mooncake.control`), the manifest body (`lynx.manifest`) and the
+alive message (`lynx.transfer.alive`) use it.
 
 Part codecs (`message_parts`, `message_json`; one wire part each, except `Parts`):
 

@@ -410,7 +410,7 @@ def test_a_peer_without_the_secret_cannot_get_a_byte_to_the_data_thread(lynx_sid
 
 
 def test_the_prefill_still_computing_keeps_a_room_alive_and_a_forged_alive_does_not(lynx_side, clock):
-    from lynx.transfer.frames import encode_alive
+    from lynx.transfer.alive import encode_alive
 
     side, host, _ = lynx_side
     key = reserve(side)
@@ -459,7 +459,7 @@ def test_a_room_missing_a_frame_fails_in_time_while_its_prefills_other_room_keep
 
 
 def test_alive_messages_keep_a_room_waiting_only_up_to_its_cap(lynx_side, clock):
-    from lynx.transfer.frames import encode_alive
+    from lynx.transfer.alive import encode_alive
 
     side, host, _ = lynx_side
     key = reserve(side)

@@ -198,7 +198,7 @@ def test_more_tokens_than_reserved_fail_the_room_on_both_sides(pair):
 
 
 def test_while_the_prefill_computes_its_decode_ranks_hear_it_is_alive_until_the_metadata(monkeypatch):
-    from lynx.transfer.frames import ALIVE_TAG
+    from lynx.transfer.alive import ALIVE_TAG
     from lynx.pd import prefill_side
 
     monkeypatch.setattr(prefill_side, "ALIVE_EVERY_S", 0.05)

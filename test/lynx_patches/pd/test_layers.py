@@ -6,7 +6,8 @@ import threading
 
 import numpy as np
 import pytest
-from lynx.transfer.frames import AUX_STREAM, HEADER_BYTES, HEADER_STRUCT, alive_room
+from lynx.transfer.alive import alive_room
+from lynx.transfer.frames import AUX_STREAM, HEADER_BYTES, HEADER_STRUCT
 from pd_fakes import AUX_LENS, LAYERS, decode_registration, recording_prefill_side, room_metadata, wait_for
 
 from lynx.pd.layers import ForwardLayers
