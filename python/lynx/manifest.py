@@ -3,7 +3,7 @@
 It tells the receiver how big each stream is and what it holds, so the
 receiver can preallocate exact buffers, reject frames outside them, and refuse
 a request whose sender runs a different mode, codec or wire version than its
-own. On the wire it is ``[MANIFEST_TAG, room (u64, big-endian), body, MAC]``:
+own. On the wire it is an `Envelope`, ``[MANIFEST_TAG, room (u64, big-endian), body]``, and its MAC:
 the room is readable without parsing the body, and the MAC is keyed with the
 transfer's own key (`lynx.transfer.keys.transfer_key`), so a manifest recorded
 from another transfer never verifies.
@@ -19,7 +19,7 @@ from lynx.codec import FORMAT_VERSION
 from lynx.kvwire import KVShape, WireFormat
 from lynx.transfer import frames
 from lynx.transfer.alive import ALIVE_VERSION
-from lynx.transfer.messages import Json, MessageError, decode, encode, message
+from lynx.transfer.messages import Body, Const, Json, MessageError, Packed, decode, encode, message
 
 MANIFEST_TAG = b"LYNX_MANIFEST"
 MANIFEST_VERSION = 5
@@ -27,6 +27,9 @@ MANIFEST_VERSION = 5
 METADATA_VERSION = 2
 MAX_MANIFEST_BYTES = 4096
 MAX_MANIFEST_DEPTH = 2  # an object whose one list (stream_sizes) holds numbers
+# An envelope names its room whatever its body's size (a body over MAX_MANIFEST_BYTES is then refused
+# as unauthenticatable); a bound all the same, as on every part the codec reads.
+MAX_ENVELOPE_BYTES = 1 << 20
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 _INT_FIELDS = (
     "room", "num_layers", "num_tokens", "kv_heads", "head_dim", "aux_size", "segment_tokens", "first_head",
@@ -117,7 +120,7 @@ class Manifest:
 
     def seal(self, key: bytes) -> list[bytes]:
         """The wire message, MAC'd with the transfer's key."""
-        return frames.seal(key, [MANIFEST_TAG, self.room.to_bytes(8, "big"), self.to_bytes()])
+        return frames.seal(key, encode(Envelope(self.room, self.to_bytes())))
 
     def mismatch(self, wire: WireFormat, expected: KVShape, preset: str) -> str | None:
         """Why this manifest cannot be received into `expected` with `wire`, or None.
@@ -160,11 +163,28 @@ class Manifest:
         return sum(max(1, -(-size // chunk_bytes)) for size in sizes)
 
 
+@message(Const(MANIFEST_TAG), Packed("Q", "room"), Body("body", MAX_ENVELOPE_BYTES))
+@dataclass(frozen=True)
+class Envelope:
+    """A manifest on the wire before its MAC: the room it is for, readable without parsing the body."""
+
+    room: int
+    body: bytes
+
+
+def _envelope(parts: list[bytes]) -> Envelope | None:
+    if len(parts) != 4:
+        return None
+    try:
+        return decode(Envelope, parts[:3])
+    except MessageError:
+        return None
+
+
 def manifest_room(parts: list[bytes]) -> int | None:
     """The room a manifest message names, unauthenticated; None if it is not one."""
-    if len(parts) != 4 or parts[0] != MANIFEST_TAG or len(parts[1]) != 8:
-        return None
-    return int.from_bytes(parts[1], "big")
+    envelope = _envelope(parts)
+    return None if envelope is None else envelope.room
 
 
 def open_manifest(parts: list[bytes], key: bytes) -> Manifest:
@@ -173,16 +193,17 @@ def open_manifest(parts: list[bytes], key: bytes) -> Manifest:
     Raises:
         ManifestError: not a manifest, too large, bad MAC, or malformed body.
     """
-    room = manifest_room(parts)
-    if room is None:
+    envelope = _envelope(parts)
+    if envelope is None:
         raise ManifestError("not a manifest message")
-    if len(parts[2]) > MAX_MANIFEST_BYTES:
-        raise ManifestAuthError(f"manifest of {len(parts[2])} bytes exceeds {MAX_MANIFEST_BYTES}")
+    room = envelope.room
+    if len(envelope.body) > MAX_MANIFEST_BYTES:
+        raise ManifestAuthError(f"manifest of {len(envelope.body)} bytes exceeds {MAX_MANIFEST_BYTES}")
     if frames.unseal(key, parts) is None:
         raise ManifestAuthError(
             f"manifest for room {room} has a bad MAC (another secret, or recorded from another transfer)"
         )
-    manifest = Manifest.from_bytes(parts[2])
+    manifest = Manifest.from_bytes(envelope.body)
     if manifest.room != room:
         raise ManifestError(f"manifest body names room {manifest.room}, its envelope room {room}")
     return manifest

@@ -132,6 +132,23 @@ class Raw(Part):
         return (data,)
 
 
+class Body(Part):
+    """One bytes part of any length up to ``max_bytes``: a body that another codec parses (a manifest's)."""
+
+    def __init__(self, name: str, max_bytes: int) -> None:
+        self.names, self.max_bytes = (name,), max_bytes
+
+    def pack(self, value: object) -> bytes:
+        if not isinstance(value, (bytes, bytearray)):
+            raise MessageError(f"{self.names[0]}: expected bytes, got {type(value).__name__}")
+        return bytes(value)
+
+    def unpack(self, data: bytes) -> tuple:
+        if len(data) > self.max_bytes:
+            raise MessageError(f"{self.names[0]}: {len(data)} bytes, at most {self.max_bytes}")
+        return (data,)
+
+
 class Decimals(Part):
     """Ints joined by commas: a ``tuple[int, ...]`` of at most ``max_count``, or one ``record`` (its fields in
     order, bools as 0 or 1)."""

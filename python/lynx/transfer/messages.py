@@ -5,7 +5,7 @@ parts in wire order, each a part codec naming the dataclass fields it carries
 (every field exactly once). `encode` and `decode` are then its only
 serializer; `Family` decodes whichever of several types a kind tag names. The
 pd control messages (`lynx.pd.control`), the Mooncake control messages
-(`lynx.transfer.mooncake.control`), the manifest body (`lynx.manifest`) and the
+(`lynx.transfer.mooncake.control`), the manifest and its envelope (`lynx.manifest`) and the
 alive message (`lynx.transfer.alive`) use it.
 
 Part codecs (`message_parts`, `message_json`; one wire part each, except `Parts`):
@@ -15,6 +15,8 @@ Part codecs (`message_parts`, `message_json`; one wire part each, except `Parts`
 * ``Decimal(f)``: an ASCII decimal int in ``lo..hi``.
 * ``Flag(f)``: a bool as ``b"1"`` or ``b"0"``.
 * ``Raw(f, size)``: bytes of exactly ``size`` (a nonce, a MAC).
+* ``Body(f, max_bytes)``: bytes of any length up to ``max_bytes`` (a body
+  another codec parses).
 * ``Decimals(f)``: ints joined by commas: a ``tuple[int, ...]``, or a
   ``record`` dataclass of int and bool fields.
 * ``Packed(fmt, f, ...)``: big-endian struct fields, then optionally a counted
@@ -39,6 +41,7 @@ from typing import TypeVar
 
 from lynx.transfer.message_json import Json, json_depth
 from lynx.transfer.message_parts import (
+    Body,
     Const,
     Decimal,
     Decimals,
@@ -51,8 +54,8 @@ from lynx.transfer.message_parts import (
     Text,
 )
 
-__all__ = ["Const", "Decimal", "Decimals", "Family", "Flag", "Json", "MessageError", "Packed", "Part", "Parts", "Raw",
-           "Text", "Wire", "decode", "encode", "json_depth", "message"]
+__all__ = ["Body", "Const", "Decimal", "Decimals", "Family", "Flag", "Json", "MessageError", "Packed", "Part", "Parts",
+           "Raw", "Text", "Wire", "decode", "encode", "json_depth", "message"]
 
 T = TypeVar("T")
 

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from lynx.heads import HeadShard
-from lynx.manifest import Manifest, ManifestError, wire_version
+from lynx.manifest import Envelope, Manifest, ManifestError, wire_version
 from lynx.kvwire import KVShape, WireFormat
 from lynx.pd.control import DecodeRegistration, RoomMetadata
 from lynx.transfer.messages import (
+    Body,
     Const,
     Decimal,
     Decimals,
@@ -61,6 +62,7 @@ WIRE = [
     (Want(11, b"t" * 16), [b"W", bytes.fromhex("000000000000000b"), b"t" * 16]),
     (Reset("gone"), [b"R", b"gone"]),
     (Ping(), [b"P"]),
+    (Envelope(5, b"{}"), [b"LYNX_MANIFEST", bytes.fromhex("0000000000000005"), b"{}"]),
     (MANIFEST, [b'{"aux_size": 128, "dtype": "bfloat16", "first_head": 1, "format_version": 2, "head_dim": 64, '
                 b'"kv_heads": 3, "mode": "lynx", "num_layers": 2, "num_tokens": 100, "preset": "int8", "room": 5, '
                 b'"segment_tokens": 64, "stream_sizes": [10, 20], "version": 5}']),
@@ -75,7 +77,7 @@ def test_every_message_type_encodes_to_its_old_bytes_and_decodes_back(msg, parts
 
 @message(Const(b"T"), Text("name", max_bytes=8), Decimal("count", lo=1, hi=99), Flag("on"), Raw("nonce", 4),
          Decimals("sizes", max_count=3), Packed("I", "slot", array="items", min_items=1, max_items=2),
-         Parts("rest", 2, 5))
+         Body("body", max_bytes=6), Parts("rest", 2, 5))
 @dataclass(frozen=True)
 class Sample:
     name: str
@@ -85,22 +87,23 @@ class Sample:
     sizes: tuple[int, ...]
     slot: int
     items: tuple[int, ...]
+    body: bytes
     rest: tuple[bytes, ...]
 
 
-SAMPLE = Sample("ab", 7, True, b"wxyz", (1, 2), 9, (3,), (b"r",))
+SAMPLE = Sample("ab", 7, True, b"wxyz", (1, 2), 9, (3,), b"{}", (b"r",))
 
 
 def _sample_parts(**changes) -> list[bytes]:
-    order = ["kind", "name", "count", "on", "nonce", "sizes", "slot"]
+    order = ["kind", "name", "count", "on", "nonce", "sizes", "slot", "body"]
     parts = dict(zip(order, encode(SAMPLE)))
     parts.update(changes)
     return [parts[name] for name in order] + [b"r"]
 
 
 def test_a_message_with_every_kind_of_part_round_trips_including_empty_and_longest_runs():
-    for sample in (SAMPLE, Sample("", 1, False, b"\0" * 4, (), 0, (1, 2), ()), Sample("é", 99, True, b"1234", (5, 6, 7),
-                                                                                      (1 << 32) - 1, (0,), (b"", b"x" * 5))):
+    for sample in (SAMPLE, Sample("", 1, False, b"\0" * 4, (), 0, (1, 2), b"", ()),
+                   Sample("é", 99, True, b"1234", (5, 6, 7), (1 << 32) - 1, (0,), b"x" * 6, (b"", b"x" * 5))):
         assert decode(Sample, encode(sample)) == sample
 
 
@@ -119,6 +122,7 @@ def test_a_message_with_every_kind_of_part_round_trips_including_empty_and_longe
     (_sample_parts(sizes=b"1,,2"), "sizes"),
     (_sample_parts(sizes=b"-1"), "sizes"),
     (_sample_parts(on=b"yes"), "on"),
+    (_sample_parts(body=b"x" * 7), "body"),  # a body over its bound
     (_sample_parts(kind=b"U"), "kind"),
     (_sample_parts() + [b"r", b"r"], "rest"),  # a run of parts longer than allowed
     (_sample_parts()[:-1] + [b"x" * 6], "rest"),  # one part of the run oversized
@@ -130,7 +134,7 @@ def test_truncated_oversized_and_wrongly_typed_parts_are_refused_naming_the_fiel
 
 @pytest.mark.parametrize("changes,field", [
     (dict(name=b"ab"), "name"), (dict(count=True), "count"), (dict(on=1), "on"), (dict(nonce="wxyz"), "nonce"),
-    (dict(sizes=[1, 2]), "sizes"), (dict(items=(1 << 32,)), "items"), (dict(rest=(b"a", "b")), "rest"),
+    (dict(sizes=[1, 2]), "sizes"), (dict(items=(1 << 32,)), "items"), (dict(rest=(b"a", "b")), "rest"), (dict(body="{}"), "body"),
 ])
 def test_a_field_of_the_wrong_type_or_beyond_its_wire_form_cannot_be_encoded(changes, field):
     with pytest.raises(MessageError, match=field):
