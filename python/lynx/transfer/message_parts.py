@@ -132,16 +132,11 @@ class Raw(Part):
         return (data,)
 
 
-class Body(Part):
+class Body(Raw):
     """One bytes part of any length up to ``max_bytes``: a body that another codec parses (a manifest's)."""
 
     def __init__(self, name: str, max_bytes: int) -> None:
         self.names, self.max_bytes = (name,), max_bytes
-
-    def pack(self, value: object) -> bytes:
-        if not isinstance(value, (bytes, bytearray)):
-            raise MessageError(f"{self.names[0]}: expected bytes, got {type(value).__name__}")
-        return bytes(value)
 
     def unpack(self, data: bytes) -> tuple:
         if len(data) > self.max_bytes:
