@@ -167,9 +167,8 @@ class ZmqListener(Listener):
         if not isinstance(high_water_mark, int) or high_water_mark < 1:
             raise ValueError(f"high_water_mark must be an int >= 1, got {high_water_mark!r}")
         self.max_message_bytes = max_message_bytes
-        self._context = zmq.Context()
-        self._zap = ZapHandler(self._context, curve.client_public) if curve is not None else None
-        self._socket = self._context.socket(zmq.PULL)
+        self._server = ServerContext(curve)
+        self._socket = self._server.context.socket(zmq.PULL)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
         self._socket.setsockopt(zmq.RCVHWM, high_water_mark)
@@ -180,10 +179,7 @@ class ZmqListener(Listener):
         try:
             self._socket.bind(f"tcp://{host}:{port or '*'}")
         except zmq.ZMQError as exc:
-            self._socket.close(linger=0)
-            if self._zap is not None:
-                self._zap.close()
-            self._context.term()
+            self._server.close(self._socket)
             raise TransportError(f"cannot listen on tcp://{host}:{port}: {exc}") from exc
         self._endpoint = self._socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._poller = zmq.Poller()
@@ -211,10 +207,23 @@ class ZmqListener(Listener):
             if self._closed:
                 return
             self._closed = True
-            self._socket.close(linger=0)
-            if self._zap is not None:
-                self._zap.close()
-            self._context.term()
+            self._server.close(self._socket)
+
+
+class ServerContext:
+    """A listener's ZeroMQ context and, with `curve`, the ZAP handler that admits its CURVE clients."""
+
+    def __init__(self, curve: CurveKeys | None) -> None:
+        self.context = zmq.Context()
+        self._zap = ZapHandler(self.context, curve.client_public) if curve is not None else None
+
+    def close(self, socket: zmq.Socket | None = None) -> None:
+        """Close `socket` (the listener's, if it has one yet), the ZAP handler and the context."""
+        if socket is not None:
+            socket.close(linger=0)
+        if self._zap is not None:
+            self._zap.close()
+        self.context.term()
 
 
 class ZapHandler:

@@ -40,7 +40,7 @@ from lynx.transfer.mooncake.credits import Credits
 from lynx.transfer.mooncake.engine import MooncakeEngine
 from lynx.transfer.mooncake.sessions import SenderSessions
 from lynx.transfer.transport import Listener, TransportError
-from lynx.transfer.zmq_transport import ZapHandler
+from lynx.transfer.zmq_transport import ServerContext
 
 MAX_CONTROL_PART = 1 << 16
 PROBE_INTERVAL_S = 1.0
@@ -124,17 +124,14 @@ class MooncakeListener(Listener):
         self._key, self._copy, self._slot_bytes = bytes(key), copy, slot_bytes
         self._credits = Credits(slots, slots_per_peer, max_peers, quarantine_s)
         self._engine = MooncakeEngine(host, protocol, device)
-        self._context = zmq.Context()
         curve = curve_keys(self._key) if self._key else None
-        self._zap = ZapHandler(self._context, curve.client_public) if curve is not None else None
+        self._server = ServerContext(curve)
         try:
             self._arena = np.zeros(slots * slot_bytes, dtype=np.uint8)
             arena_address = self._engine.register(self._arena)
             self._socket = self._control_socket(host, port, curve)
         except BaseException:
-            if self._zap is not None:
-                self._zap.close()
-            self._context.term()
+            self._server.close()
             self._engine.close()
             raise
         self._endpoint = str(MooncakeEndpoint(
@@ -191,14 +188,11 @@ class MooncakeListener(Listener):
             if self._closed:
                 return
             self._closed = True
-            self._socket.close(linger=0)
-            if self._zap is not None:
-                self._zap.close()
-            self._context.term()
+            self._server.close(self._socket)
             self._engine.close()
 
     def _control_socket(self, host: str, port: int, curve) -> zmq.Socket:
-        socket = self._context.socket(zmq.ROUTER)
+        socket = self._server.context.socket(zmq.ROUTER)
         try:
             for option, value in ((zmq.LINGER, 0), (zmq.ROUTER_MANDATORY, 1), (zmq.MAXMSGSIZE, MAX_CONTROL_PART),
                                   (zmq.RCVHWM, 256), (zmq.SNDHWM, 1024), (zmq.HEARTBEAT_IVL, 1000),
