@@ -1,7 +1,7 @@
 """Serving under load: SGLang's own `sglang.bench_serving` against real prefill/decode pairs, per mode.
 
-For every mode (`bf16`, `int8`, `int4`, `lynx`, `auto` and SGLang's stock
-Mooncake backend) a deployment (prefill + decode + SGLang's router `smg`) is
+For every mode (`bf16`, `int8`, `int4`, `lynx`, `auto`, and SGLang's stock
+Mooncake backend with a BF16 KV cache, `stock`, and with an FP8 one, `stock-fp8`) a deployment (prefill + decode + SGLang's router `smg`) is
 started and `sglang.bench_serving` sends it Poisson arrivals at each request
 rate (`random-ids` prompts, greedy, EOS ignored), then `generated-shared-prefix`
 prompts and a scaled replay of Mooncake's published conversation trace; two
@@ -20,7 +20,7 @@ from the candidate's own prefix, `lynx_testing.judge`).
     python benchmark/serving_load.py --profile smoke      # a few minutes, wiring only
     python benchmark/serving_load.py --from-json docs/results/serving_load.json   # table, plots, docs section again
 
-SGLang's stock backend needs a private network namespace (Mooncake listens on
+SGLang's stock backend (either KV cache) needs a private network namespace (Mooncake listens on
 every interface) and kernel shaping, so a run that includes it or the fan-in
 point re-executes itself under `unshare --net` (root or user namespaces, `tc`).
 """
@@ -42,6 +42,8 @@ from load.plan import (
     PROFILES,
     REFERENCE_MODE,
     STOCK,
+    STOCK_FP8,
+    STOCK_MODES,
     STREAM_MODES,
     Link,
     Point,
@@ -105,7 +107,7 @@ def main(argv=None) -> int:
     if args.rejudge:
         return rejudge(args.out)
     profile = profile_of(args)
-    needs_namespace = STOCK in profile.modes or bool(profile.fan_in_modes)
+    needs_namespace = bool(set(STOCK_MODES) & set(profile.modes)) or bool(profile.fan_in_modes)
     if needs_namespace and not inside_namespace(os.environ):
         return subprocess.call(isolated([sys.executable, str(Path(__file__).resolve()), *argv]))
     from lynx_deploy.models import prepare_smollm2
@@ -188,7 +190,7 @@ def rejudge(out: Path) -> int:
 def run_deployment(group, link, profile, model, args, loopback, trace, prompt, idle, slo_ms, rows) -> float | None:
     """Start one deployment, time it idle, run its points (appended to `rows`); the goodput SLO."""
     mode, topology = group[0].mode, group[0].topology
-    shaped = mode == STOCK or topology == "2p1d"
+    shaped = mode in STOCK_MODES or topology == "2p1d"
     make = lambda: deployments.pair(mode, link, profile, args.out / "logs" / f"{topology}-{mode}",  # noqa: E731
                                     prefill_servers=2 if topology == "2p1d" else 1, shaped=shaped)  # fmt: skip
     log(f"{mode} ({topology}): starting the deployment")
@@ -216,6 +218,7 @@ def stream_bytes(profile, modes) -> dict[str, int]:
     shape = KVShape(SMOLLM2.num_layers, profile.input_tokens, SMOLLM2.kv_heads, SMOLLM2.head_dim, torch.bfloat16)
     sizes = {mode: sum(WireFormat.for_mode(mode, "int8").stream_sizes(shape)) for mode in modes}
     sizes[STOCK] = sizes["bf16"]
+    sizes[STOCK_FP8] = sizes["bf16"] // 2  # one byte per KV element
     sizes["auto"] = sizes["lynx"]
     return sizes
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-COLORS = {"bf16": "#444444", "stock": "#999999", "int8": "#1f77b4", "int4": "#2ca02c", "lynx": "#d62728",
+COLORS = {"bf16": "#444444", "stock": "#999999", "stock-fp8": "#bbbbbb", "int8": "#1f77b4", "int4": "#2ca02c", "lynx": "#d62728",
           "lynx-2+6": "#ff7f0e"}  # fmt: skip
 DPI = 80
 

@@ -21,7 +21,7 @@ from lynx_deploy.processes import post_json
 from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_deploy.streaming import stream_generate
 
-from load.plan import STOCK, Link, base_mode, variant_args
+from load.plan import STOCK_MODES, Link, base_mode, variant_args
 
 MAX_TOTAL_TOKENS = 32768
 CHUNKED_PREFILL = 512
@@ -36,7 +36,8 @@ def pair(mode: str, link: Link, profile, log_dir: Path, prefill_servers: int = 1
     """The (not yet started) deployment of `mode`: paced by Lynx, or (`shaped`) left to the kernel's shaping."""
     kwargs = dict(log_dir=log_dir, max_total_tokens=MAX_TOTAL_TOKENS, extra_args=server_args(profile),
                   prefill_servers=prefill_servers)  # fmt: skip
-    if mode == STOCK:
+    if mode in STOCK_MODES:
+        kwargs["extra_args"] = [*kwargs["extra_args"], *STOCK_MODES[mode]]
         return StockDeployment(Path(profile.extra["model"]), env=STOCK_ENV, **kwargs)
     lynx_args = ["--lynx-mode", base_mode(mode), *variant_args(mode), *SECRET_ARGS, "--lynx-chunk-bytes",
                  str(link.chunk_bytes(profile.chunk_ms, MIN_CHUNK_BYTES, MAX_CHUNK_BYTES))]  # fmt: skip

@@ -15,7 +15,11 @@ from dataclasses import dataclass, field, replace
 STREAM_MODES = ("bf16", "int8", "int4", "lynx")  # the wire formats; `auto` sends lynx's or int8's bytes
 LYNX_MODES = (*STREAM_MODES, "auto")
 STOCK = "stock"
-ALL_MODES = (*LYNX_MODES, STOCK)
+# SGLang's stock pair with an FP8 (e4m3) KV cache on both servers: the smallest KV format SGLang's
+# own transfer sends (Hopper's; on this CPU its torch-native attention reads the FP8 cache back as BF16).
+STOCK_FP8 = "stock-fp8"
+STOCK_MODES = {STOCK: (), STOCK_FP8: ("--kv-cache-dtype", "fp8_e4m3")}
+ALL_MODES = (*LYNX_MODES, *STOCK_MODES)
 JUDGED_MODES = ("lynx", "auto")  # must equal int8's outputs token for token
 REFERENCE_MODE = "int8"
 # A mode may name a variant, ``MODE:VARIANT``: the same mode with these server options

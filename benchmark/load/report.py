@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-MODE_ORDER = ("bf16", "int8", "int4", "lynx", "auto", "stock")
+MODE_ORDER = ("bf16", "int8", "int4", "lynx", "auto", "stock", "stock-fp8")
 COLUMNS = (("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"), ("tpot_p99_ms", "TPOT p99 ms"),
            ("e2e_p50_ms", "E2E p50 ms"), ("e2e_p99_ms", "E2E p99 ms"), ("goodput", "goodput req/s"),
            ("utilization", "link busy"))  # fmt: skip

@@ -86,3 +86,23 @@ def test_the_report_compares_lynx_with_int8_and_int4_at_each_point():
     assert comparison["e2e_p50_vs_int8"] == pytest.approx(0.95)
     text = report.markdown(json.loads(json.dumps(result)))
     assert "| 1p1d random-ids 0.5 | lynx | 0.100 | 1100 |" in text and "16 equal to int8's" in text
+
+
+def _kv_cache_dtype(server) -> str:
+    """The KV cache dtype a server is started with (SGLang takes an option's last value)."""
+    command = [str(arg) for arg in server.command]
+    return [command[i + 1] for i, arg in enumerate(command) if arg == "--kv-cache-dtype"][-1]
+
+
+def test_the_stock_fp8_pair_is_sglangs_own_with_an_fp8_kv_cache_on_both_servers(tmp_path):
+    from load.deployments import pair
+
+    profile = Profile(modes=("int8", "stock-fp8"), extra={"model": str(tmp_path)})
+    link = link_for(prefill_s=2.0, stream_bytes=BYTES, bf16_over_prefill=3.0)
+    pd = pair("stock-fp8", link, profile, tmp_path, shaped=True)
+    for server in (pd.prefill, pd.decode):
+        command = " ".join(map(str, server.command))
+        assert _kv_cache_dtype(server) == "fp8_e4m3" and "--disaggregation-transfer-backend mooncake" in command
+        assert "--lynx" not in command.split()
+    assert _kv_cache_dtype(pair("stock", link, profile, tmp_path, shaped=True).prefill) == "bfloat16"
+    assert "stock-fp8" in PROFILES["default"].modes
