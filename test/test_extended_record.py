@@ -1,0 +1,34 @@
+"""scripts/extended_record.py: an extended-tier record from pytest's JUnit XML, counts from every part."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "extended_record.py"
+JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" timestamp="2026-12-06T07:36:36">
+<testcase classname="test.lynx_patches.test_a" name="test_one[x]" time="90.5" />
+<testcase classname="test.lynx_patches.test_a" name="test_two" time="3.0"><failure message="no" /></testcase>
+<testcase classname="test.lynx_patches.test_b" name="test_three" time="1.0"><skipped message="later" /></testcase>
+</testsuite></testsuites>"""
+
+
+def test_every_part_is_counted_and_each_test_keeps_its_outcome_and_time(tmp_path):
+    (tmp_path / "run.xml").write_text(JUNIT)
+    (tmp_path / "seen.txt").write_text("test/lynx_patches/test_c.py::test_zero\n")
+    out = tmp_path / "record.json"
+    argv = ["--commit", "abc1234", "--junit", str(tmp_path / "run.xml"), "--passed-without-record",
+            str(tmp_path / "seen.txt"), "--not-run", "soak: time", "--out", str(out)]
+    subprocess.run([sys.executable, str(SCRIPT), *argv], check=True, capture_output=True)
+    record = json.loads(out.read_text())
+    assert record["commit"] == "abc1234" and record["not_run"] == ["soak: time"]
+    assert record["counts"] == {"passed": 2, "failed": 1, "skipped": 1, "not_run": 1}
+    assert record["recorded_seconds"] == 94
+    first, second = record["parts"]
+    assert first["tests"] == [{"test": "test/lynx_patches/test_c.py::test_zero", "outcome": "passed", "seconds": None}]
+    assert second["started"] == "2026-12-06T07:36:36"
+    one = {"test": "test/lynx_patches/test_a.py::test_one[x]", "outcome": "passed", "seconds": 90.5}
+    assert second["tests"][0] == one
+    assert [t["outcome"] for t in second["tests"]] == ["passed", "failed", "skipped"]
