@@ -172,18 +172,9 @@ class Envelope:
     body: bytes
 
 
-def _envelope(parts: list[bytes]) -> Envelope | None:
-    if len(parts) != 4:
-        return None
-    try:
-        return decode(Envelope, parts[:3])
-    except MessageError:
-        return None
-
-
 def manifest_room(parts: list[bytes]) -> int | None:
     """The room a manifest message names, unauthenticated; None if it is not one."""
-    envelope = _envelope(parts)
+    envelope = frames.peek(Envelope, parts)
     return None if envelope is None else envelope.room
 
 
@@ -193,7 +184,7 @@ def open_manifest(parts: list[bytes], key: bytes) -> Manifest:
     Raises:
         ManifestError: not a manifest, too large, bad MAC, or malformed body.
     """
-    envelope = _envelope(parts)
+    envelope = frames.peek(Envelope, parts)
     if envelope is None:
         raise ManifestError("not a manifest message")
     room = envelope.room

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lynx.transfer.frames import seal, unseal
-from lynx.transfer.messages import Const, MessageError, Packed, decode, encode, message
+from lynx.transfer.frames import peek, seal, unseal
+from lynx.transfer.messages import Const, Packed, encode, message
 
 ALIVE_TAG = b"LYNX_ALIVE"
 ALIVE_VERSION = 2
@@ -34,25 +34,15 @@ def encode_alive(room: int, counter: int, key: bytes) -> list[bytes]:
     return seal(key, encode(Alive(room, counter)))
 
 
-def _read(parts: list[bytes]) -> Alive | None:
-    """The alive message the parts hold, MAC unchecked; None if they hold none."""
-    if len(parts) != 3:
-        return None
-    try:
-        return decode(Alive, parts[:-1])
-    except MessageError:
-        return None
-
-
 def alive_room(parts: list[bytes]) -> int | None:
     """The room an alive message names, unauthenticated (check it with `open_alive`); None if not one."""
-    alive = _read(parts)
+    alive = peek(Alive, parts)
     return None if alive is None else alive.room
 
 
 def open_alive(parts: list[bytes], key: bytes) -> int | None:
     """The counter of an alive message of this version signed with `key` (its room's transfer key), else None."""
-    alive = _read(parts)
+    alive = peek(Alive, parts)
     if alive is None or alive.version != ALIVE_VERSION or unseal(key, parts) is None:
         return None
     return alive.counter

@@ -14,9 +14,13 @@ import hashlib
 import hmac
 import struct
 from dataclasses import dataclass
+from typing import TypeVar
 
 from lynx.checks import is_int
 from lynx.transfer.keys import root_key
+from lynx.transfer.messages import MessageError, decode, wire_of
+
+T = TypeVar("T")
 
 FRAME_VERSION = 2
 MAGIC = b"LYNX"
@@ -201,6 +205,17 @@ def peek_room(parts: list[bytes]) -> int | None:
 def seal(key: bytes, parts: list[bytes]) -> list[bytes]:
     """`parts` followed by their MAC (`sign`): how control messages, manifests and alive messages travel."""
     return [*parts, sign(key, *parts)]
+
+
+def peek(cls: type[T], msg: list[bytes]) -> T | None:
+    """The `cls` message (of a fixed part count) a `seal`-ed `msg` carries, its MAC unchecked (`unseal`
+    checks it); None if it carries none. Another message costs a count: the part count is compared first."""
+    if len(msg) != wire_of(cls).fixed + 1:
+        return None
+    try:
+        return decode(cls, msg[:-1])
+    except MessageError:
+        return None
 
 
 def unseal(key: bytes, msg: list[bytes]) -> list[bytes] | None:
