@@ -29,6 +29,7 @@ BLOCK = re.compile(r"(<!-- generated: (\S+) (\S+) -->\n)(.*?)(<!-- end generated
 # Renderer name -> (module under benchmark/, function taking the parsed JSON, returning Markdown).
 RENDERERS = {
     "serving_load": ("load.report", "markdown"),
+    "fault_load": ("faults.report", "markdown"),
 }
 
 

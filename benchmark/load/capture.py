@@ -14,6 +14,11 @@ log-probabilities per position (with ``--return-logprob --top-logprobs-num
 2``) and ``meta_info`` (Lynx's per-request metrics among them), with the
 prompt and the client's own timings. One JSON object per line, in completion
 order; the judge needs the tokens, the timelines need the rest.
+
+SGLang's router sends an SSE comment (``: ping``) on a stream that has been
+quiet for a while (a request queued behind others); bench_serving's `sglang`
+client parses every line as JSON and would fail the request, so the parser
+it is given reads a comment as an empty event, which the client skips.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class _RecordingJson:
         self._real = real
 
     def loads(self, data):
+        if data[:1] in (b":", ":"):  # an SSE comment (smg's ": ping" on a quiet stream): an event with nothing
+            return {}
         holder = _LAST_EVENT.get()
         try:
             value = self._real.loads(data)
@@ -44,6 +51,8 @@ class _RecordingJson:
             raise
         if holder is not None and isinstance(value, dict) and "meta_info" in value:
             holder[0] = value
+        elif holder is not None and isinstance(value, dict) and "error" in value:  # the server's error event
+            holder[1] = json.dumps(value["error"])[:300]
         return value
 
     def __getattr__(self, name):

@@ -42,16 +42,23 @@ def bench_argv(point: Point, url: str, model: Path, rate: float | None, profile,
     return argv
 
 
-def run_points(runs: list[tuple[Point, list[str], Path]], work: Path, log: Path) -> None:
-    """Run bench_serving once per ``(point, argv, records path)``, in order, in one child process."""
+def start_points(runs: list[tuple[Point, list[str], Path]], work: Path, log: Path) -> subprocess.Popen:
+    """Start bench_serving once per ``(point, argv, records path)``, in order, in one child process
+    (its own process group, output appended to `log`)."""
     plan = work / "runs.json"
     plan.write_text(json.dumps([{"records": str(records), "argv": argv} for _, argv, records in runs]))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::FutureWarning", "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
     with open(log, "a") as out:
-        done = subprocess.run([sys.executable, str(CAPTURE), str(plan)], stdout=out, stderr=subprocess.STDOUT, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"bench_serving exited with {done.returncode}; see {log}")
+        return subprocess.Popen([sys.executable, str(CAPTURE), str(plan)], stdout=out, stderr=subprocess.STDOUT,
+                                env=env, start_new_session=True)  # fmt: skip
+
+
+def run_points(runs: list[tuple[Point, list[str], Path]], work: Path, log: Path) -> None:
+    """Run them (`start_points`) and wait for the last."""
+    code = start_points(runs, work, log).wait()
+    if code != 0:
+        raise RuntimeError(f"bench_serving exited with {code}; see {log}")
 
 
 def read_result(path: Path) -> dict:

@@ -18,7 +18,7 @@ import urllib.error
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from lynx_deploy.processes import HOST, die_with_parent, free_port, log_tail, post_json, stop_groups
+from lynx_deploy.processes import HOST, die_with_parent, free_port, log_tail, post_json, stop_group, stop_groups
 from lynx_deploy.server import CPU_SERVER_ENV, PORT_ATTEMPTS, PortTaken, ServerStartError, SGLangServer
 from lynx_deploy.streaming import stream_generate
 
@@ -156,6 +156,15 @@ class PDDeployment:
             start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
         log.close()
+
+    def restart_router(self, down_s: float = 0.0, timeout: float = 120.0) -> None:
+        """Kill the router (its clients' connections drop), leave it down `down_s` seconds, and start
+        it again on the same port; returns once a request through it is answered."""
+        if self.router is not None:
+            stop_group(self.router, grace=0)
+        time.sleep(down_s)
+        self._start_router()
+        self._wait_router(time.monotonic() + timeout)
 
     def _wait_router(self, deadline: float) -> None:
         body = {"model": self.served_model_name, "prompt": "Hi", "max_tokens": 1, "temperature": 0}

@@ -106,3 +106,24 @@ def test_the_stock_fp8_pair_is_sglangs_own_with_an_fp8_kv_cache_on_both_servers(
         assert "--lynx" not in command.split()
     assert _kv_cache_dtype(pair("stock", link, profile, tmp_path, shaped=True).prefill) == "bfloat16"
     assert "stock-fp8" in PROFILES["default"].modes
+
+
+def test_the_recording_parser_keeps_the_last_event_and_reads_sse_comments_as_empty_events():
+    """smg sends ``: ping`` on a quiet stream; bench_serving's client would fail the request on it."""
+    import orjson
+    from load.capture import _LAST_EVENT, _RecordingJson
+
+    parser = _RecordingJson(orjson)
+    holder = [None, None]
+    token = _LAST_EVENT.set(holder)
+    try:
+        assert parser.loads(b": ping") == {} and parser.loads(memoryview(b": ping")) == {}
+        parser.loads(b'{"text": "a", "meta_info": {"completion_tokens": 1}}')
+        parser.loads(b'{"error": {"message": "residual KV failed"}}')
+        assert holder[1] == '{"message": "residual KV failed"}'
+        with pytest.raises(orjson.JSONDecodeError):
+            parser.loads(b"upstream connect error")
+    finally:
+        _LAST_EVENT.reset(token)
+    assert holder[0]["meta_info"] == {"completion_tokens": 1}
+    assert holder[1] == "upstream connect error"

@@ -1,0 +1,99 @@
+"""What an idle deployment holds, and waiting for it to hold no more than that again.
+
+Per server, with its prefix cache emptied: the scheduler's free KV slots and free request rows and the rooms
+Lynx's transfer holds (`/server_info`), and its processes' resident memory,
+threads and open file descriptors (sockets among them), summed over the
+server's process tree.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.server import SGLangServer
+
+MEMORY_SLACK = 1.05  # idle memory after a fault may exceed the baseline by 5%
+
+
+def servers(pd: PDDeployment) -> dict[str, SGLangServer]:
+    names = {f"prefill{i}" if i else "prefill": s for i, s in enumerate(pd.prefills)}
+    return {**names, "decode": pd.decode}
+
+
+def server_levels(server: SGLangServer) -> dict | None:
+    """One server's levels; None while it does not answer."""
+    info = server.get_json("/server_info", quiet=True)
+    if info is None or server.process is None:
+        return None
+    lynx = info["internal_states"][0]["lynx"]
+    rss = threads = fds = 0
+    try:
+        root = psutil.Process(server.process.pid)
+        for process in (root, *root.children(recursive=True)):
+            with process.oneshot():
+                rss += process.memory_info().rss
+                threads += process.num_threads()
+                fds += process.num_fds()
+    except psutil.Error:
+        return None
+    return {"kv_free_slots": lynx["kv_free_slots"], "req_rows_free": lynx["req_rows_free"],
+            "transfer_rooms": lynx.get("transfer_rooms", 0), "rss_mib": round(rss / 2**20, 1), "threads": threads,
+            "fds": fds}  # fmt: skip
+
+
+def levels(pd: PDDeployment) -> dict[str, dict | None]:
+    return {name: server_levels(server) for name, server in servers(pd).items()}
+
+
+def idle(now: dict[str, dict | None], baseline: dict[str, dict]) -> bool:
+    """Every server answers, holds no room, and has its baseline's free slots and rows back."""
+    return all(
+        level is not None
+        and level["transfer_rooms"] == 0
+        and level["kv_free_slots"] >= baseline[name]["kv_free_slots"]
+        and level["req_rows_free"] >= baseline[name]["req_rows_free"]
+        for name, level in now.items()
+    )
+
+
+def wait_idle(pd: PDDeployment, baseline: dict[str, dict], wait_s: float) -> tuple[dict, float]:
+    """Poll until `idle` (or `wait_s` passed): the last levels and the seconds waited. Once no server
+    holds a room, their prefix caches are emptied first: cached prompts hold slots by design."""
+    started = time.monotonic()
+    now = levels(pd)
+    while True:
+        if all(level is not None and level["transfer_rooms"] == 0 for level in now.values()):
+            for server in servers(pd).values():
+                _flush(server)
+            now = levels(pd)
+        if idle(now, baseline) or time.monotonic() - started >= wait_s:
+            return now, time.monotonic() - started
+        time.sleep(1.0)
+        now = levels(pd)
+
+
+def _flush(server: SGLangServer) -> None:
+    try:
+        server.flush_cache(wait_s=10)
+    except OSError:
+        pass  # requests still running: the next poll tries again
+
+
+def compare(now: dict[str, dict | None], baseline: dict[str, dict]) -> dict:
+    """What `now` holds beyond `baseline`: slots, rows and rooms still held, memory ratio, thread and fd growth."""
+    out = {"slots_held": 0, "rows_held": 0, "rooms_held": 0, "memory_ratio": 0.0, "threads_delta": 0, "fds_delta": 0,
+           "unanswering": []}  # fmt: skip
+    for name, level in now.items():
+        base = baseline[name]
+        if level is None:
+            out["unanswering"].append(name)
+            continue
+        out["slots_held"] += max(0, base["kv_free_slots"] - level["kv_free_slots"])
+        out["rows_held"] += max(0, base["req_rows_free"] - level["req_rows_free"])
+        out["rooms_held"] += level["transfer_rooms"]
+        out["memory_ratio"] = max(out["memory_ratio"], round(level["rss_mib"] / base["rss_mib"], 3))
+        out["threads_delta"] += level["threads"] - base["threads"]
+        out["fds_delta"] += level["fds"] - base["fds"]
+    return out

@@ -1,0 +1,67 @@
+"""A fault-under-load run's verdict per fault and its table (`fault_load.py --from-json`, `doc_tables.py`)."""
+
+from __future__ import annotations
+
+from faults.levels import MEMORY_SLACK
+
+# Faults that touch no server: every bench_serving request must be answered.
+NO_SERVER_FAULT = ("none", "abort")
+
+
+def passed(f: dict) -> bool:
+    """0 wrong, 0 hung, only clear errors (none where no server was hit), nothing held, memory back, serving."""
+    return (
+        f["wrong"] == 0
+        and f["hung"] == 0
+        and f["unclear_errors"] == 0
+        and (f["failed"] == 0 or f["fault"] not in NO_SERVER_FAULT)
+        and f["slots_held"] == f["rows_held"] == f["rooms_held"] == 0
+        and not f["unanswering"]
+        and f["memory_ratio"] <= MEMORY_SLACK
+        and f["serves_after"]
+    )
+
+
+def passed_deployment(d: dict, profile) -> bool:
+    """Every fault ran and passed, and the soak (if asked) ran and passed; no error stopped it."""
+    ran = [f["fault"] for f in d["faults"]]
+    soaked = not profile.soak_minutes or d.get("soak", {}).get("passed", False)
+    return "error" not in d and ran == list(profile.ordered_faults) and all(f["passed"] for f in d["faults"]) and soaked
+
+
+def markdown(result: dict) -> str:
+    p = result["profile"]
+    lines = [
+        f"{result['date']}, commit {result['commit']}, {result['wall_s'] / 60:.0f} min: per fault "
+        f"{p['requests']} bench_serving requests ({p['input_tokens']} + {p['output_tokens']} tokens, Poisson "
+        f"{p['rate']:g}/s) on a {p['link_gbps']:g} Gbit/s link, timeout {p['transfer_timeout_s']:g} s.",
+        "",
+        "| deployment | fault | answered (drafted) | failed | wrong | hung | unclear errors | slots / rows / rooms held "
+        "| memory | threads, fds | serves after | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for d in result["deployments"]:
+        name = f"{d['transport']}, {d['prefills']} prefill" + ("s" if d["prefills"] > 1 else "")
+        for f in d["faults"]:
+            lines.append(
+                f"| {name} | {f['fault']} | {f['answered']} of {f['requests']} ({f['drafted']}) | {f['failed']} "
+                f"| {f['wrong']} | {f['hung']} | {f['unclear_errors']} | {f['slots_held']} / {f['rows_held']} / "
+                f"{f['rooms_held']} | x{f['memory_ratio']:.3f} | {f['threads_delta']:+d}, {f['fds_delta']:+d} "
+                f"| {'yes' if f['serves_after'] else 'no'} | {'pass' if f['passed'] else 'FAIL'} |"
+            )
+    for d in result["deployments"]:
+        if "soak" in d:
+            lines += ["", _soak_line(d)]
+        if "error" in d:
+            lines += ["", f"{d['transport']}, {d['prefills']} prefill(s) stopped early: {d['error'][:300]}"]
+    return "\n".join(lines) + "\n"
+
+
+def _soak_line(d: dict) -> str:
+    s = d["soak"]
+    return (f"Soak ({d['transport']}, {d['prefills']} prefill{'s' if d['prefills'] > 1 else ''}): {s['rounds']} rounds "
+            f"in {s['minutes']:g} min, {s['requests']} requests: {s['answered']} answered, {s['failed']} failed, "
+            f"{s['wrong']} wrong, {s['hung']} hung; {s['aborted']} client aborts beside them; slots / rows / rooms "
+            f"held {s['slots_held']} / {s['rows_held']} / {s['rooms_held']}; resident memory {s['rss_mib_first']:.0f} -> "
+            f"{s['rss_mib_last']:.0f} MiB, slope {s['rss_slope_mib_per_hour']} MiB/hour: "
+            f"{'pass' if s['passed'] else 'FAIL'}.")  # fmt: skip

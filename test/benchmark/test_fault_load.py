@@ -1,0 +1,193 @@
+"""The fault-under-load benchmark's pure parts: its plan, a fault's outcome from per-request records,
+the idle levels' comparison, the verdict and the table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
+sys.path.insert(0, str(BENCHMARK))
+
+from faults import levels  # noqa: E402
+from faults.inject import ABORT_STATES  # noqa: E402
+from faults.outcome import Judge, answered, outcome, reason  # noqa: E402
+from faults.plan import FAULTS, PROFILES, Profile  # noqa: E402
+from faults.report import markdown, passed, passed_deployment  # noqa: E402
+from faults.soak import slope_per_hour  # noqa: E402
+from faults.soak import summary as soak_summary  # noqa: E402
+
+
+def _record(prompt, output, finish="length", success=True, error="", top2=None, drafted=3, started=100.0, latency=2.0):
+    return {"success": success, "prompt_ids": list(prompt), "output_len": len(output) or 4, "output_ids": list(output),
+            "top2": top2 if top2 is not None else [[[-0.1, t], [-3.0, t + 1]] for t in output],
+            "finish_reason": {"type": finish} if finish else None, "error": error, "lynx": {"speculative_tokens": drafted},
+            "started_wall": started, "latency_s": latency}  # fmt: skip
+
+
+class _Reference:
+    """A reference decoder: after any prefix, the next token is the prefix's length (a wide margin)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, prefix, n):
+        self.calls += 1
+        tokens = list(range(len(prefix), len(prefix) + n))
+        return tokens, [((t, -0.1), (t + 1, -3.0)) for t in tokens]
+
+
+def test_profiles_run_none_first_and_refuse_unknown_faults():
+    assert Profile(faults=("stall", "abort")).ordered_faults == ("none", "abort", "stall")
+    assert PROFILES["default"].ordered_faults == FAULTS
+    assert PROFILES["full"].deployments() == [("zmq", 1), ("zmq", 3), ("mooncake", 1), ("mooncake", 3)]
+    with pytest.raises(ValueError, match="unknown faults"):
+        Profile(faults=("flood",))
+    with pytest.raises(ValueError, match="transport"):
+        Profile(prefills=(0,))
+
+
+def test_an_aborted_stream_is_a_failure_with_the_servers_reason():
+    aborted = _record((1, 2), (2,), finish="abort")
+    aborted["finish_reason"]["message"] = "residual KV failed: the prefill died"
+    assert not answered(aborted) and reason(aborted) == "residual KV failed: the prefill died"
+    refused = _record((1, 2), (), finish=None, success=False,
+                      error="Traceback (most recent call last):\n  ...\nClientConnectorError: Cannot connect to host")
+    assert reason(refused) == "ClientConnectorError: Cannot connect to host"
+    carried = _record((1, 2), (), finish=None, success=False, error="the stream carried '{\"message\": \"x\"}'; Traceback")
+    assert reason(carried) == "the stream carried '{\"message\": \"x\"}'"
+
+
+def test_outcome_judges_answers_counts_failures_hung_and_asks_each_reference_once():
+    reference = _Reference()
+    judge = Judge(reference)
+    prompt = (5, 6, 7)
+    right = _record(prompt, (3, 4, 5, 6))
+    wrong = _record(prompt, (3, 9, 5, 6))
+    failed = _record((8, 9), (), finish=None, success=False, error="ClientPayloadError: Response payload is not completed",
+                     started=100.0, latency=12.5)  # fmt: skip
+    result = outcome([right, wrong, failed], sent=4, fault_wall=105.0, judge=judge)
+    assert (result["answered"], result["failed"], result["hung"], result["drafted"]) == (2, 1, 1, 2)
+    assert result["wrong"] == 1 and result["judged"]["partings"][0]["position"] == 1
+    assert result["unclear_errors"] == 0 and result["last_failure_after_fault_s"] == 7.5
+    assert reference.calls == 1  # the prompt's reference answer; a wide-margin parting needs no continuation
+    outcome([right], sent=1, fault_wall=None, judge=judge)
+    assert reference.calls == 1
+
+
+def _level(free=100, rows=10, rooms=0, rss=1000.0, threads=50, fds=40):
+    return {"kv_free_slots": free, "req_rows_free": rows, "transfer_rooms": rooms, "rss_mib": rss, "threads": threads,
+            "fds": fds}  # fmt: skip
+
+
+def test_levels_count_what_is_held_beyond_the_baseline():
+    baseline = {"prefill": _level(), "decode": _level()}
+    now = {"prefill": _level(rss=1030.0, fds=42), "decode": _level(free=90, rows=9, rooms=1, threads=49)}
+    assert not levels.idle(now, baseline)
+    held = levels.compare(now, baseline)
+    assert (held["slots_held"], held["rows_held"], held["rooms_held"]) == (10, 1, 1)
+    assert (held["memory_ratio"], held["threads_delta"], held["fds_delta"]) == (1.03, -1, 2)
+    assert levels.idle({"prefill": _level(), "decode": _level(free=120)}, baseline)
+    assert levels.compare({"prefill": None, "decode": _level()}, baseline)["unanswering"] == ["prefill"]
+
+
+def _fault(fault="stall", **changes):
+    base = {"fault": fault, "requests": 10, "answered": 8, "drafted": 8, "failed": 2, "wrong": 0, "hung": 0,
+            "unclear_errors": 0, "slots_held": 0, "rows_held": 0, "rooms_held": 0, "unanswering": [],
+            "memory_ratio": 1.01, "threads_delta": 0, "fds_delta": 1, "serves_after": True}  # fmt: skip
+    return {**base, **changes}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"wrong": 1}, {"hung": 1}, {"unclear_errors": 1}, {"slots_held": 4}, {"rooms_held": 1}, {"memory_ratio": 1.06},
+     {"serves_after": False}, {"unanswering": ["decode"]}, {"fault": "abort"}],
+)  # fmt: skip
+def test_a_fault_fails_on_any_wrong_hung_held_or_unexpected_failure(changes):
+    assert passed(_fault())
+    assert not passed(_fault(**changes))
+
+
+def test_the_table_has_a_row_per_fault_with_its_verdict():
+    faults = [dict(_fault("none", failed=0), passed=True), dict(_fault(wrong=1), passed=False)]
+    result = {"profile": Profile().__dict__, "date": "2026-12-06", "commit": "abc1234", "wall_s": 600,
+              "deployments": [{"transport": "zmq", "prefills": 3, "faults": faults}]}  # fmt: skip
+    table = markdown(result)
+    assert "| zmq, 3 prefills | none | 8 of 10 (8) | 0 |" in table and table.count("| pass |") == 1
+    assert "| zmq, 3 prefills | stall |" in table and table.rstrip().endswith("| FAIL |")
+
+
+def _run(profile: str, out: Path, timeout_s: float) -> tuple[subprocess.CompletedProcess, dict]:
+    done = subprocess.run([sys.executable, str(BENCHMARK / "fault_load.py"), "--profile", profile, "--out", str(out)],
+                          capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+    print(done.stdout[-6000:], done.stderr[-3000:])
+    path = out / "fault_load.json"
+    assert path.exists(), "the run wrote no result"
+    return done, json.loads(path.read_text())
+
+
+@pytest.mark.server
+def test_aborts_and_a_stalled_prefill_under_load_leave_no_wrong_answer_no_hung_request_and_nothing_held(tmp_path):
+    """The default tier's representative of the fault matrix (`--profile smoke`): a `lynx` pair on a
+    slow link, bench_serving's load through the router, client aborts at each request state, then
+    the prefill's scheduler frozen past the no-progress timeout."""
+    done, result = _run("smoke", tmp_path, 1800)
+    (deployment,) = result["deployments"]
+    faults = {f["fault"]: f for f in deployment["faults"]}
+    assert list(faults) == ["none", "abort", "stall"]
+    for f in faults.values():
+        assert f["passed"], f
+        assert f["answered"] > 0 and f["drafted"] == f["answered"], f"every answer drafted on its anchor: {f}"
+    assert faults["none"]["answered"] == faults["abort"]["answered"] == faults["none"]["requests"]
+    assert {a["state"] for a in faults["abort"]["note"]["aborted"]} == set(ABORT_STATES)
+    assert faults["stall"]["failed"] > 0, "the stall must catch transfers on the wire"
+    assert all("no progress" in text for text in faults["stall"]["reasons"]), faults["stall"]["reasons"]
+    assert done.returncode == 0
+
+
+@pytest.mark.server
+@pytest.mark.extended
+def test_the_whole_fault_matrix_under_load_passes_on_both_transports_with_one_and_three_prefills(tmp_path):
+    done, result = _run("full", tmp_path, 3 * 3600)
+    assert [(d["transport"], d["prefills"]) for d in result["deployments"]] == PROFILES["full"].deployments()
+    assert all(f["passed"] for d in result["deployments"] for f in d["faults"])
+    assert done.returncode == 0
+
+
+def test_the_soak_slope_is_least_squares_per_hour_after_the_warm_up_round():
+    assert slope_per_hour([(0, 10.0), (1800, 15.0), (3600, 20.0)]) == 10.0
+    assert slope_per_hour([(0, 5.0)]) is None
+    rounds = [dict(_fault("abort", failed=0, requests=10, answered=10), passed=True, at_s=t, rss_mib=v,
+                   note={"aborted": [{}, {}, {}]}) for t, v in ((600, 900.0), (1200, 1000.0), (1800, 1000.0), (2400, 1000.0))]  # fmt: skip
+    summary = soak_summary(rounds)
+    assert summary["rss_slope_mib_per_hour"] == 0.0, "the warm-up round's growth is not a slope"
+    assert (summary["rounds"], summary["requests"], summary["aborted"], summary["minutes"]) == (4, 40, 12, 40.0)
+    assert summary["passed"]
+    rounds[2]["passed"] = False
+    assert not soak_summary(rounds)["passed"]
+
+
+def test_the_table_ends_with_the_soak_line():
+    rounds = [dict(_fault("abort", failed=0), passed=True, at_s=60.0 * i, rss_mib=1000.0 + i, note={"aborted": [{}]})
+              for i in range(1, 4)]  # fmt: skip
+    deployment = {"transport": "zmq", "prefills": 1, "faults": [], "soak": soak_summary(rounds)}
+    result = {"profile": Profile().__dict__, "date": "2026-12-06", "commit": "abc1234", "wall_s": 600,
+              "deployments": [deployment]}  # fmt: skip
+    line = markdown(result).rstrip().splitlines()[-1]
+    assert line.startswith("Soak (zmq, 1 prefill): 3 rounds in 3 min, 30 requests: 24 answered")
+    assert "1001 -> 1003 MiB, slope 60.0 MiB/hour: pass." in line
+
+
+def test_a_deployment_passes_only_with_every_fault_run_and_passed_and_no_error():
+    profile = Profile(faults=("stall",))
+    faults = [dict(_fault("none", failed=0), passed=True), dict(_fault(), passed=True)]
+    assert passed_deployment({"faults": faults}, profile)
+    assert not passed_deployment({"faults": faults[:1]}, profile), "a fault that never ran is no pass"
+    assert not passed_deployment({"faults": faults, "error": "ServerStartError: ..."}, profile)
+    soaking = Profile(faults=("stall",), soak_minutes=1.0)
+    assert not passed_deployment({"faults": faults}, soaking), "an asked soak that never ran is no pass"
+    assert passed_deployment({"faults": faults, "soak": {"passed": True}}, soaking)
