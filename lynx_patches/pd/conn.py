@@ -61,6 +61,11 @@ class LynxKVSender(_ClaimsItsRoom, CommonKVSender):
         if self._lynx_owner:
             self.lynx_side.abort(self.bootstrap_room)
             super().abort()
+            if not self.lynx_side.busy(self.bootstrap_room):
+                # SGLang drops a request aborted in its waiting queue without `clear` (or a poll):
+                # release here (a later `clear` releases nothing twice). A room the encoder is
+                # reading stays until `clear`, which SGLang's failure path calls.
+                self.lynx_side.release(self.bootstrap_room)
 
     def clear(self) -> None:
         if self._lynx_owner:

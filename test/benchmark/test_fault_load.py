@@ -191,3 +191,15 @@ def test_a_deployment_passes_only_with_every_fault_run_and_passed_and_no_error()
     soaking = Profile(faults=("stall",), soak_minutes=1.0)
     assert not passed_deployment({"faults": faults}, soaking), "an asked soak that never ran is no pass"
     assert passed_deployment({"faults": faults, "soak": {"passed": True}}, soaking)
+
+
+@pytest.mark.server
+@pytest.mark.extended
+def test_an_hour_of_load_with_client_aborts_answers_exactly_and_keeps_memory_and_slots_flat(tmp_path):
+    done, result = _run("soak", tmp_path, 2 * 3600)
+    (deployment,) = result["deployments"]
+    soak = deployment["soak"]
+    print(f"soak: {soak['rounds']} rounds, memory slope {soak['rss_slope_mib_per_hour']} MiB/hour")
+    assert soak["minutes"] >= 60 and soak["answered"] > 0
+    assert soak["passed"] and soak["wrong"] == soak["hung"] == soak["slots_held"] == soak["rooms_held"] == 0
+    assert done.returncode == 0
