@@ -59,6 +59,7 @@ from lynx_testing.judge import server_continuation
 from lynx_testing.netns import isolated
 
 IDLE_WAIT_S = 180.0
+PROBE_WAIT_S = 240.0
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -109,18 +110,24 @@ def wait_first_request(pd: PDDeployment, bench: subprocess.Popen, wait_s: float 
         time.sleep(0.5)
 
 
-def probe(pd: PDDeployment, judge: Judge, profile: Profile, vocab: int) -> bool:
-    """One request through the router after the fault, answered and judged equal to int8's."""
+def probe(pd: PDDeployment, judge: Judge, profile: Profile, vocab: int) -> float | None:
+    """Seconds until a request through the router is answered and judged equal to int8's (one every
+    5 s: after a restart the router takes a worker back once its health checks pass and its circuit
+    breaker closes, 60 s after it opened); None if none is within `PROBE_WAIT_S`."""
     body = {"input_ids": [(i * 7919) % (vocab - 200) + 100 for i in range(profile.input_tokens // 2)],
             "sampling_params": {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True},
             "return_logprob": True, "top_logprobs_num": 2}  # fmt: skip
-    try:
-        reply = post_json(f"{pd.url}/generate", body, timeout=300)
-    except OSError:
-        return False
-    record = {"success": True, "prompt_ids": body["input_ids"], "output_len": 8, "output_ids": reply["output_ids"],
-              "top2": [[[lp, tok] for lp, tok, *_ in p[:2]] for p in reply["meta_info"]["output_top_logprobs"]]}  # fmt: skip
-    return judge([record]).ok
+    started = time.monotonic()
+    while time.monotonic() - started < PROBE_WAIT_S:
+        try:
+            reply = post_json(f"{pd.url}/generate", body, timeout=300)
+        except OSError:
+            time.sleep(5.0)
+            continue
+        record = {"success": True, "prompt_ids": body["input_ids"], "output_len": 8, "output_ids": reply["output_ids"],
+                  "top2": [[[lp, tok] for lp, tok, *_ in p[:2]] for p in reply["meta_info"]["output_top_logprobs"]]}  # fmt: skip
+        return round(time.monotonic() - started, 1) if judge([record]).ok else None
+    return None
 
 
 def run_fault(fault: str, pd: PDDeployment, profile: Profile, ctx: dict, dataset: str = "random-ids",
@@ -157,7 +164,8 @@ def run_fault(fault: str, pd: PDDeployment, profile: Profile, ctx: dict, dataset
     now, waited = levels.wait_idle(pd, baseline, IDLE_WAIT_S)
     result.update(levels.compare(now, baseline), idle_after_s=round(waited, 1),
                   rss_mib=round(sum(level["rss_mib"] for level in now.values() if level), 1))  # fmt: skip
-    result["serves_after"] = probe(pd, ctx["judge"], profile, ctx["vocab"])
+    result["serving_again_s"] = probe(pd, ctx["judge"], profile, ctx["vocab"])
+    result["serves_after"] = result["serving_again_s"] is not None
     result["passed"] = passed(result)
     return result
 
@@ -206,7 +214,8 @@ def soak(pd: PDDeployment, profile: Profile, run: dict, rounds: list[dict]) -> N
 
 def _say_outcome(say, f: dict) -> None:
     say(f"  answered {f['answered']} (drafted {f['drafted']}), failed {f['failed']}, wrong {f['wrong']}, "
-        f"hung {f['hung']}, slots held {f['slots_held']}, memory x{f['memory_ratio']} ({f['rss_mib']:.0f} MiB), "
+        f"hung {f['hung']}, slots / rows / rooms held {f['slots_held']} / {f['rows_held']} / {f['rooms_held']}, "
+        f"memory x{f['memory_ratio']} ({f['rss_mib']:.0f} MiB), "
         f"serves after: {f['serves_after']} -> {'pass' if f['passed'] else 'FAIL'}")  # fmt: skip
 
 

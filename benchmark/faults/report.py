@@ -37,7 +37,7 @@ def markdown(result: dict) -> str:
         f"{p['rate']:g}/s) on a {p['link_gbps']:g} Gbit/s link, timeout {p['transfer_timeout_s']:g} s.",
         "",
         "| deployment | fault | answered (drafted) | failed | wrong | hung | unclear errors | slots / rows / rooms held "
-        "| memory | threads, fds | serves after | verdict |",
+        "| memory | threads, fds | serving again after | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for d in result["deployments"]:
@@ -47,7 +47,7 @@ def markdown(result: dict) -> str:
                 f"| {name} | {f['fault']} | {f['answered']} of {f['requests']} ({f['drafted']}) | {f['failed']} "
                 f"| {f['wrong']} | {f['hung']} | {f['unclear_errors']} | {f['slots_held']} / {f['rows_held']} / "
                 f"{f['rooms_held']} | x{f['memory_ratio']:.3f} | {f['threads_delta']:+d}, {f['fds_delta']:+d} "
-                f"| {'yes' if f['serves_after'] else 'no'} | {'pass' if f['passed'] else 'FAIL'} |"
+                f"| {_again(f)} | {'pass' if f['passed'] else 'FAIL'} |"
             )
     for d in result["deployments"]:
         if "soak" in d:
@@ -55,6 +55,12 @@ def markdown(result: dict) -> str:
         if "error" in d:
             lines += ["", f"{d['transport']}, {d['prefills']} prefill(s) stopped early: {d['error'][:300]}"]
     return "\n".join(lines) + "\n"
+
+
+def _again(f: dict) -> str:
+    """How long after the fault's recovery (and the idle wait) a request was answered exactly again."""
+    seconds = f.get("serving_again_s")
+    return f"{seconds:g} s" if seconds is not None else "never"
 
 
 def _soak_line(d: dict) -> str:

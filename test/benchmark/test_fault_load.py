@@ -98,7 +98,7 @@ def test_levels_count_what_is_held_beyond_the_baseline():
 def _fault(fault="stall", **changes):
     base = {"fault": fault, "requests": 10, "answered": 8, "drafted": 8, "failed": 2, "wrong": 0, "hung": 0,
             "unclear_errors": 0, "slots_held": 0, "rows_held": 0, "rooms_held": 0, "unanswering": [],
-            "memory_ratio": 1.01, "threads_delta": 0, "fds_delta": 1, "serves_after": True}  # fmt: skip
+            "memory_ratio": 1.01, "threads_delta": 0, "fds_delta": 1, "serves_after": True, "serving_again_s": 0.4}  # fmt: skip
     return {**base, **changes}
 
 
@@ -118,7 +118,7 @@ def test_the_table_has_a_row_per_fault_with_its_verdict():
               "deployments": [{"transport": "zmq", "prefills": 3, "faults": faults}]}  # fmt: skip
     table = markdown(result)
     assert "| zmq, 3 prefills | none | 8 of 10 (8) | 0 |" in table and table.count("| pass |") == 1
-    assert "| zmq, 3 prefills | stall |" in table and table.rstrip().endswith("| FAIL |")
+    assert "| zmq, 3 prefills | stall |" in table and table.rstrip().endswith("| 0.4 s | FAIL |")
 
 
 def _run(profile: str, out: Path, timeout_s: float) -> tuple[subprocess.CompletedProcess, dict]:
