@@ -24,6 +24,8 @@ reaches the decode server. Then, per fault:
     python benchmark/fault_load.py --profile full         # ZeroMQ and Mooncake, one and three prefill servers
     python benchmark/fault_load.py --profile smoke        # aborts and a stall on a short load (a few minutes)
     python benchmark/fault_load.py --from-json docs/results/fault_load.json   # the table again
+    python benchmark/fault_load.py --profile full --transports mooncake --prefills 3 --add-to RESULT.json
+                                                          # rerun or add deployments to a result
 
 Mooncake listens on every interface, so a run with it re-executes itself in a
 private network namespace (`unshare --net`).
@@ -49,12 +51,13 @@ from faults.plan import FAULTS, PROFILES, Profile
 from faults.soak import DATASETS as SOAK_DATASETS
 from faults.soak import summary as soak_summary
 from faults.report import markdown, passed, passed_deployment
-from load.deployments import MAX_TOTAL_TOKENS, SECRET_ARGS, reference_server, server_args
+from load.deployments import CHUNKED_PREFILL, MAX_TOTAL_TOKENS, SECRET_ARGS, reference_server
 from load.plan import Point, with_overrides
 from load.plan import Profile as LoadProfile
 from load.runs import bench_argv, read_records, start_points
 from lynx_deploy.deployment import PDDeployment
 from lynx_deploy.processes import post_json
+from lynx_deploy.server import CPU_MODEL_ARGS
 from lynx_testing.judge import server_continuation
 from lynx_testing.netns import isolated
 
@@ -73,6 +76,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--soak-minutes", type=float, help="after the faults, rounds of load with aborts this long")
     parser.add_argument("--out", type=Path, default=Path("results/fault_load"), help="folder for JSON and logs")
     parser.add_argument("--from-json", type=Path, help="print the table of a committed result again")
+    parser.add_argument("--add-to", type=Path,
+                        help="add this run's deployments to that result (same load settings), replacing any it reran")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -89,8 +94,11 @@ def profile_of(args) -> Profile:
 def deployment(transport: str, prefills: int, profile: Profile, model: Path, log_dir: Path) -> PDDeployment:
     lynx_args = ["--lynx-mode", "lynx", *SECRET_ARGS, "--lynx-link-gbps", str(profile.link_gbps),
                  "--lynx-transfer-timeout", str(profile.transfer_timeout_s), "--lynx-transport", transport]  # fmt: skip
+    # SGLang's default memory fraction (not the load benchmark's 0.5): up to five servers start at once
+    # here, and each counts the memory the others load meanwhile as taken; the pool is capped anyway.
     return PDDeployment(model, lynx_args, log_dir=log_dir, max_total_tokens=MAX_TOTAL_TOKENS,
-                        extra_args=server_args(profile), prefill_servers=prefills)  # fmt: skip
+                        extra_args=[*CPU_MODEL_ARGS, "--chunked-prefill-size", str(CHUNKED_PREFILL)],
+                        prefill_servers=prefills)  # fmt: skip
 
 
 def load_argv(profile: Profile, pd: PDDeployment, model: Path, out: Path, dataset: str = "random-ids") -> list[str]:
@@ -239,19 +247,39 @@ def main(argv=None) -> int:
         print(f"[{time.monotonic() - started:6.0f}s] {text}", flush=True)
 
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    earlier = json.loads(args.add_to.read_text()) if args.add_to else None
+    path = args.add_to or args.out / "fault_load.json"
     say("starting the int8 reference server")
     with reference_server(model, args.out / "logs") as reference:
         judge = Judge(server_continuation(post_json, reference.url))
         ctx = {"model": model, "vocab": vocab, "judge": judge, "out": args.out, "say": say}
         deployments = []
         for transport, prefills in profile.deployments():
+            begun = time.monotonic()
             deployments.append(run_deployment(transport, prefills, profile, ctx))
-            result = {"profile": profile.__dict__, "date": time.strftime("%Y-%m-%d"), "commit": _commit(),
-                      "wall_s": round(time.monotonic() - started), "deployments": deployments}  # fmt: skip
-            (args.out / "fault_load.json").write_text(json.dumps(result, indent=1, default=list) + "\n")  # so far
+            deployments[-1].update(commit=_commit(), date=time.strftime("%Y-%m-%d"), wall_s=round(time.monotonic() - begun))
+            result = merged(earlier, profile, deployments)
+            path.write_text(json.dumps(result, indent=1, default=list) + "\n")  # so far
     print(markdown(result))
-    say(f"wrote {args.out / 'fault_load.json'}")
+    say(f"wrote {path}")
     return 0 if all(passed_deployment(d, profile) for d in deployments) else 1
+
+
+def merged(earlier: dict | None, profile: Profile, deployments: list[dict]) -> dict:
+    """This run's deployments, after those of `earlier` (a result of the same load settings) that it did not rerun."""
+    settings = {k: v for k, v in profile.__dict__.items() if k not in ("transports", "prefills")}
+    kept = []
+    if earlier is not None:
+        before = {k: v for k, v in earlier["profile"].items() if k not in ("transports", "prefills")}
+        if json.loads(json.dumps(before)) != json.loads(json.dumps(settings, default=list)):
+            raise SystemExit(f"--add-to: that result's settings differ from this run's: {before} vs {settings}")
+        ran = {(d["transport"], d["prefills"]) for d in deployments}
+        kept = [d for d in earlier["deployments"] if (d["transport"], d["prefills"]) not in ran]
+    every = [*kept, *deployments]
+    return {"profile": {**settings, "transports": sorted({d["transport"] for d in every}),
+                        "prefills": sorted({d["prefills"] for d in every})},
+            "date": max(d["date"] for d in every), "commit": ", ".join(dict.fromkeys(d["commit"] for d in every)),
+            "wall_s": sum(d["wall_s"] for d in every), "deployments": every}  # fmt: skip
 
 
 def _commit() -> str:

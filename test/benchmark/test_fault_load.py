@@ -203,3 +203,21 @@ def test_an_hour_of_load_with_client_aborts_answers_exactly_and_keeps_memory_and
     assert soak["minutes"] >= 60 and soak["answered"] > 0
     assert soak["passed"] and soak["wrong"] == soak["hung"] == soak["slots_held"] == soak["rooms_held"] == 0
     assert done.returncode == 0
+
+
+def test_a_run_added_to_a_result_replaces_the_deployments_it_reran_and_refuses_other_settings():
+    from fault_load import merged
+
+    def deployment(transport, prefills, commit):
+        return {"transport": transport, "prefills": prefills, "commit": commit, "date": "2026-12-06", "wall_s": 100,
+                "faults": []}  # fmt: skip
+
+    earlier = merged(None, Profile(), [deployment("zmq", 1, "aaa"), deployment("zmq", 3, "aaa")])
+    result = merged(earlier, Profile(transports=("mooncake",), prefills=(3,)),
+                    [deployment("mooncake", 3, "bbb"), deployment("zmq", 3, "bbb")])  # fmt: skip
+    assert [(d["transport"], d["prefills"], d["commit"]) for d in result["deployments"]] == [
+        ("zmq", 1, "aaa"), ("mooncake", 3, "bbb"), ("zmq", 3, "bbb")]  # fmt: skip
+    assert result["profile"]["transports"] == ["mooncake", "zmq"] and result["profile"]["prefills"] == [1, 3]
+    assert (result["commit"], result["wall_s"]) == ("aaa, bbb", 300)
+    with pytest.raises(SystemExit, match="settings differ"):
+        merged(result, Profile(rate=2.0), [])
