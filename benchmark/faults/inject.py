@@ -11,8 +11,8 @@ deployment whole again.
 - ``stall``: the first prefill server's schedulers frozen (SIGSTOP) for longer
   than the no-progress timeout, then resumed.
 - ``drop``: every TCP connection into the decode server's Lynx data endpoint
-  reset (`ss -K`, twice, 3 s apart): the frames in flight on them are lost,
-  and the senders reconnect.
+  (ZeroMQ's; Mooncake's engine and control socket) reset (`ss -K`, twice, 3 s
+  apart): what is in flight on them is lost, and the senders reconnect.
 - ``kill-prefill`` / ``kill-decode``: SIGKILL to the server's process group,
   then a restart on the same ports.
 - ``router``: the router killed and started again on its port.
@@ -74,15 +74,18 @@ def _stall(server: SGLangServer, seconds: float) -> dict:
 
 
 def _drop_connections(server: SGLangServer, times: int, pause_s: float) -> dict:
-    """Reset the established TCP connections to the decode server's Lynx data endpoint (`/server_info`)."""
+    """Reset the established TCP connections to the decode server's Lynx data endpoint (`/server_info`):
+    ZeroMQ's ``tcp://host:port``, or Mooncake's engine (``mooncake://host:port``) and its control socket."""
     endpoint = server.get_json("/server_info")["internal_states"][0]["lynx"]["data_endpoint"]
-    host_port = urllib.parse.urlsplit(endpoint).netloc  # tcp://host:port, or mooncake://host:port?... (its control)
+    parts = urllib.parse.urlsplit(endpoint)
+    targets = [parts.netloc, *(urllib.parse.urlsplit(c).netloc for c in urllib.parse.parse_qs(parts.query).get("control", []))]
     reset = 0
     for i in range(times):
         if i:
             time.sleep(pause_s)
-        listed = subprocess.run(["ss", "-K", "-t", "dst", host_port], capture_output=True, text=True, check=True)
-        reset += sum(1 for line in listed.stdout.splitlines() if "ESTAB" in line)
+        for target in targets:
+            listed = subprocess.run(["ss", "-K", "-t", "dst", target], capture_output=True, text=True, check=True)
+            reset += sum(1 for line in listed.stdout.splitlines() if "ESTAB" in line)
     return {"endpoint": endpoint, "connections_reset": reset}
 
 

@@ -44,7 +44,7 @@ def markdown(result: dict) -> str:
         name = f"{d['transport']}, {d['prefills']} prefill" + ("s" if d["prefills"] > 1 else "")
         for f in d["faults"]:
             lines.append(
-                f"| {name} | {f['fault']} | {f['answered']} of {f['requests']} ({f['drafted']}) | {f['failed']} "
+                f"| {name} | {_fault(f)} | {f['answered']} of {f['requests']} ({f['drafted']}) | {f['failed']} "
                 f"| {f['wrong']} | {f['hung']} | {f['unclear_errors']} | {f['slots_held']} / {f['rows_held']} / "
                 f"{f['rooms_held']} | x{f['memory_ratio']:.3f} | {f['threads_delta']:+d}, {f['fds_delta']:+d} "
                 f"| {_again(f)} | {'pass' if f['passed'] else 'FAIL'} |"
@@ -55,6 +55,18 @@ def markdown(result: dict) -> str:
         if "error" in d:
             lines += ["", f"{d['transport']}, {d['prefills']} prefill(s) stopped early: {d['error'][:300]}"]
     return "\n".join(lines) + "\n"
+
+
+def _fault(f: dict) -> str:
+    """The fault's name and what it did: connections reset, seconds a killed server took to come back."""
+    note = f.get("note") or {}
+    if "connections_reset" in note:
+        return f"{f['fault']} ({note['connections_reset']} reset)"
+    if "restart_s" in note:
+        return f"{f['fault']} (up again in {note['restart_s']:g} s)"
+    if "stalled_s" in note:
+        return f"{f['fault']} ({note['stalled_s']:g} s)"
+    return f["fault"]
 
 
 def _again(f: dict) -> str:
