@@ -247,6 +247,7 @@ def main(argv=None) -> int:
         print(f"[{time.monotonic() - started:6.0f}s] {text}", flush=True)
 
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    commit = _commit()  # the code this run imported
     earlier = json.loads(args.add_to.read_text()) if args.add_to else None
     path = args.add_to or args.out / "fault_load.json"
     say("starting the int8 reference server")
@@ -257,7 +258,7 @@ def main(argv=None) -> int:
         for transport, prefills in profile.deployments():
             begun = time.monotonic()
             deployments.append(run_deployment(transport, prefills, profile, ctx))
-            deployments[-1].update(commit=_commit(), date=time.strftime("%Y-%m-%d"), wall_s=round(time.monotonic() - begun))
+            deployments[-1].update(commit=commit, date=time.strftime("%Y-%m-%d"), wall_s=round(time.monotonic() - begun))
             result = merged(earlier, profile, deployments)
             path.write_text(json.dumps(result, indent=1, default=list) + "\n")  # so far
     print(markdown(result))

@@ -20,11 +20,19 @@ def reason(record: dict) -> str:
     line of the client's own error (a connection refused while the router is down)."""
     finish = record.get("finish_reason") or {}
     if finish.get("type") == "abort":
-        return str(finish.get("message") or "aborted")
+        return _cause(str(finish.get("message") or "aborted"))
     error = (record.get("error") or "").strip()
     if error.startswith("the stream carried"):
         return error.split("; ", 1)[0]
     return error.splitlines()[-1] if error else ""
+
+
+def _cause(message: str) -> str:
+    """SGLang's "Decode transfer failed for request ... with exception KVTransferError(...): CAUSE" as CAUSE."""
+    marker = message.find(" with exception ")
+    if marker >= 0 and "): " in message[marker:]:
+        return message[marker:].split("): ", 1)[1]
+    return message
 
 
 def clear(text: str) -> bool:
@@ -49,7 +57,7 @@ def outcome(records: list[dict], sent: int, fault_wall: float | None, judge) -> 
         "judged": {k: v for k, v in tally.as_dict().items() if k != "failed_requests"},
         "wrong": tally.wrong + tally.unmatched,
         "last_failure_after_fault_s": round(max(ended_after_fault), 1) if ended_after_fault else None,
-        "reasons": sorted(set(text[:160] for text in reasons)),
+        "reasons": sorted(set(text[:240] for text in reasons)),
     }
 
 
