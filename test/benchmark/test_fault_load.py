@@ -135,14 +135,14 @@ def _run(profile: str, out: Path, timeout_s: float) -> tuple[subprocess.Complete
 
 
 @pytest.mark.server
-def test_aborts_and_a_stalled_prefill_under_load_leave_no_wrong_answer_no_hung_request_and_nothing_held(tmp_path):
+def test_aborts_a_stalled_prefill_and_reset_connections_under_load_leave_no_wrong_answer_and_nothing_held(tmp_path):
     """The default tier's representative of the fault matrix (`--profile smoke`): a `lynx` pair on a
-    slow link, bench_serving's load through the router, client aborts at each request state, then
-    the prefill's scheduler frozen past the no-progress timeout."""
+    slow link, bench_serving's load through the router, client aborts at each request state, the
+    prefill's scheduler frozen past the no-progress timeout, the KV connections reset."""
     done, result = _run("smoke", tmp_path, 1800)
     (deployment,) = result["deployments"]
     faults = {f["fault"]: f for f in deployment["faults"]}
-    assert list(faults) == ["none", "abort", "stall"]
+    assert list(faults) == ["none", "abort", "stall", "drop"]
     for f in faults.values():
         assert f["passed"], f
         assert f["answered"] > 0 and f["drafted"] == f["answered"], f"every answer drafted on its anchor: {f}"
@@ -150,6 +150,7 @@ def test_aborts_and_a_stalled_prefill_under_load_leave_no_wrong_answer_no_hung_r
     assert {a["state"] for a in faults["abort"]["note"]["aborted"]} == set(ABORT_STATES)
     assert faults["stall"]["failed"] > 0, "the stall must catch transfers on the wire"
     assert any("no progress" in text for text in faults["stall"]["reasons"]), faults["stall"]["reasons"]
+    assert faults["drop"]["note"]["connections_reset"] > 0
     assert done.returncode == 0
 
 
