@@ -58,7 +58,7 @@ from load.runs import bench_argv, read_records, start_points
 from lynx_deploy.deployment import PDDeployment
 from lynx_deploy.processes import post_json
 from lynx_deploy.server import CPU_MODEL_ARGS
-from lynx_testing.judge import server_continuation
+from lynx_testing.judge import answer_of, server_continuation
 from lynx_testing.netns import isolated
 
 IDLE_WAIT_S = 180.0
@@ -132,9 +132,9 @@ def probe(pd: PDDeployment, judge: Judge, profile: Profile, vocab: int) -> float
         except OSError:
             time.sleep(5.0)
             continue
-        record = {"success": True, "prompt_ids": body["input_ids"], "output_len": 8, "output_ids": reply["output_ids"],
-                  "top2": [[[lp, tok] for lp, tok, *_ in p[:2]] for p in reply["meta_info"]["output_top_logprobs"]]}  # fmt: skip
-        return round(time.monotonic() - started, 1) if judge([record]).ok else None
+        prompt = tuple(body["input_ids"])
+        exact = judge.judge_answers([((prompt, 8), answer_of(prompt, reply))]).ok
+        return round(time.monotonic() - started, 1) if exact else None
     return None
 
 
@@ -165,11 +165,10 @@ def run_fault(fault: str, pd: PDDeployment, profile: Profile, ctx: dict, dataset
     result = {"fault": fault, **outcome(records, profile.requests, None if fault == "none" else fault_wall, ctx["judge"]),
               "note": note, "load_s": round(time.monotonic() - started, 1)}  # fmt: skip
     baseline = ctx.get("baseline")
+    floor = baseline or {name: {"kv_free_slots": 0, "req_rows_free": 0} for name in levels.servers(pd)}
+    now, waited = levels.wait_idle(pd, floor, IDLE_WAIT_S)
     if baseline is None:  # the first, fault-free load: its idle levels are the baseline
-        now, waited = levels.wait_idle(pd, {n: {"kv_free_slots": 0, "req_rows_free": 0} for n in levels.servers(pd)},
-                                       IDLE_WAIT_S)  # fmt: skip
         baseline = ctx["baseline"] = now
-    now, waited = levels.wait_idle(pd, baseline, IDLE_WAIT_S)
     result.update(levels.compare(now, baseline), idle_after_s=round(waited, 1),
                   rss_mib=round(sum(level["rss_mib"] for level in now.values() if level), 1))  # fmt: skip
     result["serving_again_s"] = probe(pd, ctx["judge"], profile, ctx["vocab"])

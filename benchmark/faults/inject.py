@@ -35,6 +35,7 @@ from lynx_deploy.processes import post_json
 from lynx_deploy.server import SGLangServer
 from lynx_deploy.streaming import abandon
 
+from faults.levels import lynx_state
 from faults.plan import Profile
 
 RESTART_TIMEOUT_S = 300.0
@@ -76,7 +77,10 @@ def _stall(server: SGLangServer, seconds: float) -> dict:
 def _drop_connections(server: SGLangServer, times: int, pause_s: float) -> dict:
     """Reset the established TCP connections to the decode server's Lynx data endpoint (`/server_info`):
     ZeroMQ's ``tcp://host:port``, or Mooncake's engine (``mooncake://host:port``) and its control socket."""
-    endpoint = server.get_json("/server_info")["internal_states"][0]["lynx"]["data_endpoint"]
+    state = lynx_state(server)
+    if state is None:
+        raise RuntimeError("the decode server does not answer /server_info")
+    endpoint = state["data_endpoint"]
     parts = urllib.parse.urlsplit(endpoint)
     targets = [parts.netloc, *(urllib.parse.urlsplit(c).netloc for c in urllib.parse.parse_qs(parts.query).get("control", []))]
     reset = 0

@@ -22,12 +22,17 @@ def servers(pd: PDDeployment) -> dict[str, SGLangServer]:
     return {**names, "decode": pd.decode}
 
 
+def lynx_state(server: SGLangServer) -> dict | None:
+    """The first scheduler's Lynx state in `/server_info`; None while the server does not answer."""
+    info = server.get_json("/server_info", quiet=True)
+    return None if info is None else info["internal_states"][0]["lynx"]
+
+
 def server_levels(server: SGLangServer) -> dict | None:
     """One server's levels; None while it does not answer."""
-    info = server.get_json("/server_info", quiet=True)
-    if info is None or server.process is None:
+    lynx = lynx_state(server)
+    if lynx is None or server.process is None:
         return None
-    lynx = info["internal_states"][0]["lynx"]
     rss = threads = fds = 0
     try:
         root = psutil.Process(server.process.pid)

@@ -70,7 +70,11 @@ class Judge:
         self._references: dict[tuple, Answer] = {}
 
     def __call__(self, records: list[dict]) -> Tally:
-        candidates = answers(records, encode=None)
+        """bench_serving's records (the answered ones) judged."""
+        return self.judge_answers(answers(records, encode=None))
+
+    def judge_answers(self, candidates: list[tuple[tuple, Answer]]) -> Tally:
+        """Answers keyed by ``(prompt ids, asked length)`` judged."""
         for key, _ in candidates:
             if key not in self._references:
                 prompt, length = key
