@@ -36,15 +36,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from evaluation.deployments import start
 from evaluation.link import inside_namespace
-from faults import levels
+from faults import levels, mixed
 from faults.inject import inject
 from faults.outcome import Judge, outcome
 from faults.plan import FAULTS, PROFILES, Profile
@@ -139,16 +142,21 @@ def probe(pd: PDDeployment, judge: Judge, profile: Profile, vocab: int) -> float
 
 
 def run_fault(fault: str, pd: PDDeployment, profile: Profile, ctx: dict, dataset: str = "random-ids",
-              key: str | None = None) -> dict:  # fmt: skip
+              key: str | None = None, beside: Callable[[], dict] | None = None) -> dict:  # fmt: skip
+    """One load with `fault` injected; `beside` (if given) runs in a thread from the load's first request
+    on, and what it returns is the result's ``beside``."""
     key = key or f"{ctx['name']}-{fault}"
     work, log = ctx["work"], ctx["log"]
     records_path = work / f"{key}.jsonl"
     argv = load_argv(profile, pd, ctx["model"], work / f"{key}.bench.jsonl", dataset)
     started = time.monotonic()
     bench = start_points([(None, argv, records_path)], work, log)
-    fault_wall = None
+    fault_wall, extra = None, {}
     try:
         wait_first_request(pd, bench)
+        if beside is not None:
+            alongside = threading.Thread(target=_into, args=(extra, "beside", beside), daemon=True)
+            alongside.start()
         time.sleep(profile.fault_after_s)
         fault_wall = time.time()
         note = inject(fault, pd, profile, ctx["vocab"])
@@ -157,13 +165,15 @@ def run_fault(fault: str, pd: PDDeployment, profile: Profile, ctx: dict, dataset
             bench.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             note["load_killed_at_deadline"] = True
+        if beside is not None:
+            alongside.join(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         if bench.poll() is None:
             os.killpg(bench.pid, 9)
             bench.wait()
     records = read_records(records_path) if records_path.exists() else []
     result = {"fault": fault, **outcome(records, profile.requests, None if fault == "none" else fault_wall, ctx["judge"]),
-              "note": note, "load_s": round(time.monotonic() - started, 1)}  # fmt: skip
+              "note": note, "load_s": round(time.monotonic() - started, 1), **extra}  # fmt: skip
     baseline = ctx.get("baseline")
     floor = baseline or {name: {"kv_free_slots": 0, "req_rows_free": 0} for name in levels.servers(pd)}
     now, waited = levels.wait_idle(pd, floor, IDLE_WAIT_S)
@@ -207,23 +217,49 @@ def run_deployment(transport: str, prefills: int, profile: Profile, ctx: dict) -
 
 
 def soak(pd: PDDeployment, profile: Profile, run: dict, rounds: list[dict]) -> None:
-    """Rounds of load with client aborts, into `rounds`, until `profile.soak_minutes` have passed (a new seed each)."""
+    """Rounds of load with client aborts and one request of each other kind (`faults/mixed.py`) beside
+    it, into `rounds`, until `profile.soak_minutes` have passed (a new seed each)."""
     started = time.monotonic()
     while time.monotonic() - started < profile.soak_minutes * 60:
         i = len(rounds)
-        dataset = SOAK_DATASETS[i % len(SOAK_DATASETS)]
+        dataset, seeded = SOAK_DATASETS[i % len(SOAK_DATASETS)], replace(profile, seed=profile.seed + 1 + i)
         run["say"](f"{run['name']}: soak round {i + 1} ({dataset}), {(time.monotonic() - started) / 60:.1f} of "
                    f"{profile.soak_minutes:g} min")  # fmt: skip
-        result = run_fault("abort", pd, replace(profile, seed=profile.seed + 1 + i), run, dataset, f"{run['name']}-soak{i}")
+        items = mixed.bodies(seeded.seed, run["vocab"], profile.input_tokens, profile.output_tokens)
+        result = run_fault("abort", pd, seeded, run, dataset, f"{run['name']}-soak{i}",
+                           beside=lambda: mixed.send(post_json, lambda body: pd.generate_direct(body, _room())[1], pd.url,
+                                                     run["reference_url"], items, 300))  # fmt: skip
+        result["beside"] = mixed.judge(result.get("beside") or [], post_json, run["reference_url"])
+        result["passed"] = result["passed"] and mixed_passed(result["beside"], len(items))
         rounds.append({**result, "round": i, "dataset": dataset, "at_s": round(time.monotonic() - started, 1)})
         _say_outcome(run["say"], result)
+
+
+def _room() -> int:
+    return secrets.randbelow(2**62) + 1
+
+
+def _into(out: dict, key: str, work: Callable[[], object]) -> None:
+    """``out[key] = work()``, or its error as ``out[key + "_error"]`` (a thread's result)."""
+    try:
+        out[key] = work()
+    except Exception as exc:  # recorded; the caller's verdict fails without the result
+        out[f"{key}_error"] = f"{type(exc).__name__}: {exc}"[:500]
+
+
+def mixed_passed(beside: dict, sent: int) -> bool:
+    """Every request of the other kinds answered and none wrong (no fault touches them)."""
+    return beside["requests"] == beside["answered"] == sent and beside["wrong"] == 0
 
 
 def _say_outcome(say, f: dict) -> None:
     say(f"  answered {f['answered']} (drafted {f['drafted']}), failed {f['failed']}, wrong {f['wrong']}, "
         f"hung {f['hung']}, slots / rows / rooms held {f['slots_held']} / {f['rows_held']} / {f['rooms_held']}, "
         f"memory x{f['memory_ratio']} ({f['rss_mib']:.0f} MiB), "
-        f"serves after: {f['serves_after']} -> {'pass' if f['passed'] else 'FAIL'}")  # fmt: skip
+        f"serves after: {f['serves_after']}"
+        + (f"; other kinds: {f['beside']['answered']} of {f['beside']['requests']} answered, "
+           f"{f['beside']['wrong']} wrong" if "beside" in f else "")
+        + f" -> {'pass' if f['passed'] else 'FAIL'}")  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -252,7 +288,7 @@ def main(argv=None) -> int:
     say("starting the int8 reference server")
     with reference_server(model, args.out / "logs") as reference:
         judge = Judge(server_continuation(post_json, reference.url))
-        ctx = {"model": model, "vocab": vocab, "judge": judge, "out": args.out, "say": say}
+        ctx = {"model": model, "vocab": vocab, "judge": judge, "out": args.out, "say": say, "reference_url": reference.url}
         deployments = []
         for transport, prefills in profile.deployments():
             begun = time.monotonic()

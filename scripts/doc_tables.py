@@ -30,6 +30,7 @@ BLOCK = re.compile(r"(<!-- generated: (\S+) (\S+) -->\n)(.*?)(<!-- end generated
 RENDERERS = {
     "serving_load": ("load.report", "markdown"),
     "fault_load": ("faults.report", "markdown"),
+    "pd_failures": ("faults.report", "single_markdown"),
 }
 
 

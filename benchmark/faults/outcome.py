@@ -20,14 +20,14 @@ def reason(record: dict) -> str:
     line of the client's own error (a connection refused while the router is down)."""
     finish = record.get("finish_reason") or {}
     if finish.get("type") == "abort":
-        return _cause(str(finish.get("message") or "aborted"))
+        return cause(str(finish.get("message") or "aborted"))
     error = (record.get("error") or "").strip()
     if error.startswith("the stream carried"):
         return error.split("; ", 1)[0]
     return error.splitlines()[-1] if error else ""
 
 
-def _cause(message: str) -> str:
+def cause(message: str) -> str:
     """SGLang's "Decode transfer failed for request ... with exception KVTransferError(...): CAUSE" as CAUSE."""
     marker = message.find(" with exception ")
     if marker >= 0 and "): " in message[marker:]:

@@ -80,6 +80,7 @@ PROFILES = {
     "default": Profile(),
     # An hour of load rounds with client aborts on one ZeroMQ pair: memory and slots must stay flat.
     "soak": Profile(faults=(), soak_minutes=60.0),
-    # The default tier's representative: client aborts, a stalled prefill and dropped frames under a short load.
-    "smoke": Profile(faults=("abort", "stall", "drop"), requests=10, rate=1.0, aborts=3),
+    # The default tier's representative: client aborts, a stalled prefill and dropped frames under a short
+    # load, then one soak round (its other kinds of request beside the load).
+    "smoke": Profile(faults=("abort", "stall", "drop"), requests=10, rate=1.0, aborts=3, soak_minutes=0.01),
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from faults.levels import MEMORY_SLACK
+from faults.outcome import cause
 
 # Faults that touch no server: every bench_serving request must be answered.
 NO_SERVER_FAULT = ("none", "abort")
@@ -32,7 +33,8 @@ def passed_deployment(d: dict, profile) -> bool:
 def markdown(result: dict) -> str:
     p = result["profile"]
     lines = [
-        f"{result['date']}, commit {result['commit']}, {result['wall_s'] / 60:.0f} min: per fault "
+        f"{result['date']}, commit {result['commit']}, {result['wall_s'] / 60:.0f} min: "
+        f"{'per load (the baseline, then each soak round)' if p.get('soak_minutes') else 'per fault'} "
         f"{p['requests']} bench_serving requests ({p['input_tokens']} + {p['output_tokens']} tokens, Poisson "
         f"{p['rate']:g}/s) on a {p['link_gbps']:g} Gbit/s link, timeout {p['transfer_timeout_s']:g} s.",
         "",
@@ -79,7 +81,38 @@ def _soak_line(d: dict) -> str:
     s = d["soak"]
     return (f"Soak ({d['transport']}, {d['prefills']} prefill{'s' if d['prefills'] > 1 else ''}): {s['rounds']} rounds "
             f"in {s['minutes']:g} min, {s['requests']} requests: {s['answered']} answered, {s['failed']} failed, "
-            f"{s['wrong']} wrong, {s['hung']} hung; {s['aborted']} client aborts beside them; slots / rows / rooms "
+            f"{s['wrong']} wrong, {s['hung']} hung; {s['aborted']} client aborts beside them{_kinds(s)}; slots / rows / rooms "
             f"held {s['slots_held']} / {s['rows_held']} / {s['rooms_held']}; resident memory {s['rss_mib_first']:.0f} -> "
             f"{s['rss_mib_last']:.0f} MiB, slope {s['rss_slope_mib_per_hour']} MiB/hour: "
             f"{'pass' if s['passed'] else 'FAIL'}.")  # fmt: skip
+
+
+def _kinds(s: dict) -> str:
+    """The soak's requests of other kinds (`mixed.py`), where it sent any."""
+    k = s.get("other_kinds") or {}
+    if not k.get("requests"):
+        return ""
+    return (f", and {k['requests']} requests of other kinds (penalties, logit bias, stop strings, grammars): "
+            f"{k['answered']} answered ({k['drafted']} drafted), {k['wrong']} wrong in {k['tokens_judged']:,} tokens "
+            f"judged, {k['near_ties']} near ties")
+
+
+def single_markdown(result: dict) -> str:
+    """The single-request fault scenarios of `test_pd_failures.py` (its `LYNX_FAULT_RECORD` JSON)."""
+    lines = [
+        f"{result['date']}, commit {result['commit']}: a {result['link_gbps']:g} Gbit/s link, a "
+        f"{result['timeout_s']:g} s no-progress timeout, a {result['pool_tokens']:,}-slot decode pool.",
+        "",
+        "| fault | requests | answered (drafted) | client aborts | failed | wrong (tokens judged) | slots held |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in result["rows"]:
+        failed = f"{r['failed']}: " + "; ".join(f'"{_cell(cause(text))}"' for text in r["reasons"]) if r["failed"] else "0"
+        lines.append(f"| {r['fault']} | {r['requests']} | {r['answered']} ({r['drafted']}) | {r['aborted']} | {failed} "
+                     f"| {r['wrong']} ({r['tokens_judged']}) | {r['slots_held']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _cell(text: str) -> str:
+    """`text` for a Markdown table cell: one line, no column bars."""
+    return " ".join(text.split()).replace("|", "/")

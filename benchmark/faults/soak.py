@@ -2,7 +2,9 @@
 
 Each round is one bench_serving load (alternately `random-ids` and
 `generated-shared-prefix` prompts, a new seed each round) with the `abort`
-fault beside it; after each, the deployment's idle levels are read. The
+fault and one request of each other kind (`mixed.py`: penalties, logit bias,
+stop strings, grammars) beside it; after each, the deployment's idle levels
+are read. The
 slope of resident memory over the rounds (least squares, MiB per hour) says
 whether the servers grow; slots, rows and rooms held must be 0 after every round.
 """
@@ -37,6 +39,8 @@ def summary(rounds: Sequence[dict]) -> dict:
         "minutes": round(rounds[-1]["at_s"] / 60, 1) if rounds else 0.0,
         **totals,
         "aborted": sum(len(r["note"].get("aborted", [])) for r in rounds),
+        "other_kinds": {k: sum(r["beside"][k] for r in rounds if "beside" in r)
+                        for k in ("requests", "answered", "drafted", "failed", "wrong", "tokens_judged", "near_ties")},
         "rss_mib_first": rounds[0]["rss_mib"] if rounds else None,
         "rss_mib_last": rounds[-1]["rss_mib"] if rounds else None,
         "rss_slope_mib_per_hour": slope_per_hour([(r["at_s"], r["rss_mib"]) for r in steady]),

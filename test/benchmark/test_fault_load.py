@@ -15,9 +15,10 @@ sys.path.insert(0, str(BENCHMARK))
 
 from faults import levels  # noqa: E402
 from faults.inject import ABORT_STATES  # noqa: E402
+from faults.mixed import KINDS  # noqa: E402
 from faults.outcome import Judge, answered, outcome, reason  # noqa: E402
 from faults.plan import FAULTS, PROFILES, Profile  # noqa: E402
-from faults.report import markdown, passed, passed_deployment  # noqa: E402
+from faults.report import markdown, passed, passed_deployment, single_markdown  # noqa: E402
 from faults.soak import slope_per_hour  # noqa: E402
 from faults.soak import summary as soak_summary  # noqa: E402
 
@@ -136,9 +137,10 @@ def _run(profile: str, out: Path, timeout_s: float) -> tuple[subprocess.Complete
 
 @pytest.mark.server
 def test_aborts_a_stalled_prefill_and_reset_connections_under_load_leave_no_wrong_answer_and_nothing_held(tmp_path):
-    """The default tier's representative of the fault matrix (`--profile smoke`): a `lynx` pair on a
-    slow link, bench_serving's load through the router, client aborts at each request state, the
-    prefill's scheduler frozen past the no-progress timeout, the KV connections reset."""
+    """The default tier's representative of the fault matrix and the soak (`--profile smoke`): a `lynx`
+    pair on a slow link, bench_serving's load through the router, client aborts at each request state,
+    the prefill's scheduler frozen past the no-progress timeout, the KV connections reset; then one
+    soak round, a load with aborts and a request of each other kind beside it."""
     done, result = _run("smoke", tmp_path, 1800)
     (deployment,) = result["deployments"]
     faults = {f["fault"]: f for f in deployment["faults"]}
@@ -151,6 +153,11 @@ def test_aborts_a_stalled_prefill_and_reset_connections_under_load_leave_no_wron
     assert faults["stall"]["failed"] > 0, "the stall must catch transfers on the wire"
     assert any("no progress" in text for text in faults["stall"]["reasons"]), faults["stall"]["reasons"]
     assert faults["drop"]["note"]["connections_reset"] > 0
+    soak = deployment["soak"]
+    (round_,) = soak["per_round"]
+    assert soak["passed"] and round_["passed"], round_
+    assert soak["other_kinds"]["answered"] == len(KINDS) and soak["other_kinds"]["wrong"] == 0, soak["other_kinds"]
+    assert soak["other_kinds"]["tokens_judged"] > 0
     assert done.returncode == 0
 
 
@@ -185,6 +192,20 @@ def test_the_table_ends_with_the_soak_line():
     line = markdown(result).rstrip().splitlines()[-1]
     assert line.startswith("Soak (zmq, 1 prefill): 3 rounds in 3 min, 30 requests: 24 answered")
     assert "1001 -> 1003 MiB, slope 60.0 MiB/hour: pass." in line
+
+
+def test_the_single_request_table_gives_each_scenarios_counts_and_reasons_in_one_cell():
+    rows = [{"fault": "a stall", "requests": 1, "answered": 0, "drafted": 0, "aborted": 0, "failed": 1,
+             "reasons": ["Decode transfer failed for request rank=0 with exception KVTransferError(bootstrap_room=7): "
+                         "made no progress\nfor 8s | room 7"], "wrong": 0, "tokens_judged": 0, "slots_held": 0},
+            {"fault": "a burst", "requests": 3, "answered": 3, "drafted": 3, "aborted": 0, "failed": 0, "reasons": [],
+             "wrong": 0, "tokens_judged": 24, "slots_held": 0}]  # fmt: skip
+    result = {"date": "2026-12-06", "commit": "abc1234", "link_gbps": 0.015, "timeout_s": 8, "pool_tokens": 4096,
+              "rows": rows}  # fmt: skip
+    table = single_markdown(result)
+    assert table.startswith("2026-12-06, commit abc1234: a 0.015 Gbit/s link, a 8 s no-progress timeout, a 4,096-slot")
+    assert '| a stall | 1 | 0 (0) | 0 | 1: "made no progress for 8s / room 7" | 0 (0) | 0 |' in table
+    assert "| a burst | 3 | 3 (3) | 0 | 0 | 0 (24) | 0 |" in table
 
 
 def test_a_deployment_passes_only_with_every_fault_run_and_passed_and_no_error():
@@ -226,3 +247,63 @@ def test_a_run_added_to_a_result_replaces_the_deployments_it_reran_and_refuses_o
     assert (result["commit"], result["wall_s"]) == ("aaa, bbb", 300)
     with pytest.raises(SystemExit, match="settings differ"):
         merged(result, Profile(rate=2.0), [])
+
+
+def _reply(tokens, drafted=2, finish="length"):
+    return {"output_ids": list(tokens), "meta_info": {
+        "finish_reason": {"type": finish}, "lynx": {"speculative_tokens": drafted},
+        "output_top_logprobs": [[[-0.1, t, None], [-3.0, t + 1, None]] for t in tokens]}}  # fmt: skip
+
+
+def test_the_other_kinds_each_send_one_seeded_prompt_with_their_parameters():
+    from faults.mixed import bodies
+
+    items = bodies(seed=7, vocab=49152, input_tokens=64, output_tokens=16)
+    assert [kind for kind, _ in items] == list(KINDS) and bodies(7, 49152, 64, 16) == items
+    assert len({tuple(body["input_ids"]) for _, body in items}) == len(KINDS), "a new prompt per kind"
+    for kind, body in items:
+        assert len(body["input_ids"]) == 64 and body["top_logprobs_num"] == 2
+        assert body["sampling_params"] == {"max_new_tokens": 16, "temperature": 0, **KINDS[kind]}
+    assert bodies(8, 49152, 64, 16) != items
+
+
+def test_the_other_kinds_are_judged_against_the_references_answer_and_failures_keep_their_reason():
+    from faults.mixed import bodies, judge, send
+    from fault_load import mixed_passed
+
+    items = bodies(seed=1, vocab=1000, input_tokens=8, output_tokens=4)[:3]
+    asked = []
+
+    def post(url, body, timeout=600.0):
+        asked.append(url)
+        if url.startswith("http://router") and body["sampling_params"].get("repetition_penalty"):
+            raise OSError("connection refused")
+        wrong = url.startswith("http://router") and "frequency_penalty" in body["sampling_params"]
+        return _reply([50, 60, 99 if wrong else 70, 80])
+
+    results = send(post, None, "http://router", "http://reference", items, timeout=5)
+    verdict = judge(results, post, "http://reference")
+    assert asked.count("http://reference/generate") == 2, "the reference is asked only for answered requests"
+    assert verdict["requests"] == 3 and verdict["answered"] == 2 and verdict["drafted"] == 2
+    assert verdict["reasons"] == ["repetition-penalty: OSError: connection refused"]
+    assert verdict["wrong"] == 1 and verdict["tokens_judged"] == 8, verdict
+    assert not mixed_passed(verdict, 3)
+    same = judge(send(lambda url, body, timeout=600.0: _reply([5, 6, 7, 8]), None, "http://r", "http://ref", items, 5),
+                 post, "http://ref")  # fmt: skip
+    assert same["wrong"] == 0 and same["answered"] == 3 and mixed_passed(same, 3)
+
+
+def test_a_logit_bias_goes_to_the_pair_directly_and_an_error_text_is_its_reason():
+    from faults.mixed import DIRECT, bodies, judge, send
+
+    items = [item for item in bodies(seed=1, vocab=1000, input_tokens=8, output_tokens=4) if item[0] in ("greedy", *DIRECT)]
+    routed = []
+
+    def post(url, body, timeout=600.0):
+        routed.append(url)
+        return _reply([1, 2, 3, 4])
+
+    verdict = judge(send(post, lambda body: "Decode transfer failed: lost", "http://router", "http://ref", items, 5),
+                    post, "http://ref")  # fmt: skip
+    assert routed.count("http://router/generate") == 1, "only the greedy kind goes through the router"
+    assert verdict["reasons"] == ["logit-bias: Decode transfer failed: lost"] and verdict["answered"] == 1

@@ -16,6 +16,11 @@ kill, while it computes the prompt, during the anchor and during the residual, a
 restart. What cannot be timed on a real pair (a release during the anchor write,
 an abort during encoding, replayed or forged messages) is covered by the unit
 tests of both sides (`test/lynx_patches/pd`).
+
+Each scenario's counts (requests, answered, failed with what reason, wrong,
+tokens judged, slots held) are written to a JSON where `LYNX_FAULT_RECORD`
+names one: `docs/results/pd_failures.json`, the Reliability table of
+`docs/SERVING.md` (`scripts/doc_tables.py`).
 """
 
 from __future__ import annotations
@@ -24,10 +29,13 @@ import concurrent.futures
 import json
 import os
 import secrets
+import subprocess
+import time
 import signal
 import threading
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from lynx.transfer.keys import curve_keys
@@ -76,6 +84,45 @@ def _wait_free(server, want: int, wait_s: float = 60.0) -> int:
 def _serves_small_request(pd: PDDeployment) -> None:
     _, decode = pd.generate_direct(SMALL, _room())
     assert isinstance(decode, dict) and decode["text"].strip(), decode
+
+
+@pytest.fixture(scope="module")
+def record():
+    """Rows of the Reliability table: each test adds its scenario's counts (`_record`); written to
+    the file `LYNX_FAULT_RECORD` names, with the date and commit, once the module's tests ran."""
+    rows: list[dict] = []
+    yield rows
+    path = os.environ.get("LYNX_FAULT_RECORD")
+    if path:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        settings = {"link_gbps": SLOW_LINK_GBPS, "timeout_s": TIMEOUT_S, "pool_tokens": POOL_TOKENS}
+        result = {"date": time.strftime("%Y-%m-%d"), "commit": commit, **settings, "rows": rows}
+        Path(path).write_text(json.dumps(result, indent=1) + "\n")
+
+
+def _record(record: list, fault: str, answers: list, tally: Tally | None = None, aborted: int = 0,
+            held: int = 0) -> None:  # fmt: skip
+    """One scenario's counts: `answers` are the decode server's to the requests whose clients waited
+    (a dict answered, text an error), `aborted` more requests ended because their client left, `held`
+    slots were still reserved afterwards."""
+    failed = [a for a in answers if not isinstance(a, dict)]
+    tally = tally or Tally()
+    record.append({
+        "fault": fault, "requests": len(answers) + aborted, "answered": len(answers) - len(failed),
+        "drafted": sum(isinstance(a, dict) and a["meta_info"]["lynx"]["speculative_tokens"] > 0 for a in answers),
+        "aborted": aborted, "failed": len(failed), "reasons": sorted({_reason(a) for a in failed}),
+        "wrong": tally.wrong + tally.unmatched, "tokens_judged": tally.tokens,
+        "near_ties": sum(p.kind == "near_tie" for p in tally.partings), "slots_held": held,
+    })  # fmt: skip
+
+
+def _reason(error) -> str:
+    """An error answer's message (SGLang's OpenAI-style `{"object": "error", "message": ...}`)."""
+    try:
+        error = json.loads(error)["message"]
+    except (ValueError, TypeError, KeyError):
+        pass
+    return str(error).strip()[:1000]
 
 
 @pytest.fixture(scope="module")
@@ -140,17 +187,20 @@ def bodies(tokenizer) -> list[dict]:
 def reference(slow_pd, bodies, int8) -> dict:
     """The 2k-token request answered with no fault (exact, drafted): the body every faulty run sends."""
     _, decode = slow_pd.generate_direct(bodies[LONG], _room())
-    _assert_exact_and_drafted(decode, int8, LONG, "no fault")
-    return {"body": bodies[LONG], "answer": decode}
+    tally = _assert_exact_and_drafted(decode, int8, LONG, "no fault")
+    return {"body": bodies[LONG], "answer": decode, "tally": tally}
 
 
-def test_a_transfer_longer_than_the_timeout_succeeds_while_it_keeps_moving(reference):
+def test_a_transfer_longer_than_the_timeout_succeeds_while_it_keeps_moving(reference, record):
     lynx = reference["answer"]["meta_info"]["lynx"]
-    assert lynx["residual_ready_s"] - lynx["manifest_s"] > TIMEOUT_S, lynx
+    took = lynx["residual_ready_s"] - lynx["manifest_s"]
+    _record(record, f"a transfer that takes longer than the timeout ({took:.0f} s) but keeps moving",
+            [reference["answer"]], reference["tally"])  # fmt: skip
+    assert took > TIMEOUT_S, lynx
     assert reference["answer"]["output_ids"]
 
 
-def test_a_stalled_link_fails_the_request_after_the_timeout_and_both_keep_serving(slow_pd, reference):
+def test_a_stalled_link_fails_the_request_after_the_timeout_and_both_keep_serving(slow_pd, reference, record):
     """The prefill's scheduler (which computes and sends the KV) freezes mid-transfer; its
     HTTP and bootstrap servers stay up, so only the no-progress timeout can notice.
 
@@ -177,13 +227,15 @@ def test_a_stalled_link_fails_the_request_after_the_timeout_and_both_keep_servin
         os.kill(scheduler, signal.SIGCONT)
     assert _receiving(seen["before_stall"]), f"the transfer was never seen receiving: {seen['before_stall']}"
     assert resumed.is_set()
+    free = _wait_free(slow_pd.decode, slow_pd.free_slots)
+    _record(record, "the prefill's scheduler frozen (SIGSTOP) mid-transfer", [decode], held=slow_pd.free_slots - free)
     assert isinstance(decode, str), "a transfer that stopped moving must fail"
     assert f"made no progress for {TIMEOUT_S}s" in decode and "Traceback" not in decode, decode
-    assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
+    assert free == slow_pd.free_slots
     _serves_small_request(slow_pd)
 
 
-def test_peers_without_the_secret_cannot_get_a_byte_in_and_the_transfer_is_exact(slow_pd, reference, int8):
+def test_peers_without_the_secret_cannot_get_a_byte_in_and_the_transfer_is_exact(slow_pd, reference, int8, record):
     state = lynx_state(slow_pd.decode)
     endpoint, dropped = state["data_endpoint"], state["dropped_messages"]
     refused = []
@@ -198,7 +250,9 @@ def test_peers_without_the_secret_cannot_get_a_byte_in_and_the_transfer_is_exact
 
     _, decode = slow_pd.generate_direct(reference["body"], _room(), after_prefill=attack)
     assert refused == [True, False], "both peers must be refused at the handshake"
-    _assert_exact_and_drafted(decode, int8, LONG, "secret-less peers")
+    tally = _assert_exact_and_drafted(decode, int8, LONG, "secret-less peers")
+    _record(record, "two peers without the secret (plaintext; CurveZMQ with a wrong key) each sending a 6,000-part "
+            "message during a transfer, both refused at the handshake", [decode], tally)  # fmt: skip
     assert lynx_state(slow_pd.decode)["dropped_messages"] == dropped, "nothing of theirs reached Lynx"
 
 
@@ -225,7 +279,7 @@ def test_a_cached_prefix_streams_with_the_forward_and_a_prompt_sent_again_still_
     assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
 
 
-def test_two_live_requests_with_one_room_never_get_a_wrong_answer(slow_pd, reference, bodies, int8):
+def test_two_live_requests_with_one_room_never_get_a_wrong_answer(slow_pd, reference, bodies, int8, record):
     room = _room()
     other = bodies[OTHER]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -235,18 +289,23 @@ def test_two_live_requests_with_one_room_never_get_a_wrong_answer(slow_pd, refer
         second = pool.submit(slow_pd.generate_direct, other, room)
         answers = [first.result()[1], second.result()[1]]
     _, clean = slow_pd.generate_direct(other, _room())
-    _assert_exact_and_drafted(clean, int8, OTHER, "after a duplicate room")
+    tally = _assert_exact_and_drafted(clean, int8, OTHER, "after a duplicate room")
     for answer, which in zip(answers, (LONG, OTHER)):
         if isinstance(answer, dict):
-            _assert_exact_and_drafted(answer, int8, which, "beside a duplicate room")
+            tally.add(_assert_exact_and_drafted(answer, int8, which, "beside a duplicate room"))
         else:
             assert "bootstrap_room" in answer or "tokens announced" in answer or "reserved" in answer, answer
+    free = _wait_free(slow_pd.decode, slow_pd.free_slots)
+    _record(record, "two live requests with one `bootstrap_room`, then one with its own", [*answers, clean], tally,
+            held=slow_pd.free_slots - free)  # fmt: skip
     assert any(isinstance(a, str) for a in answers), "one of two requests sharing a room must be refused"
-    assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
+    assert free == slow_pd.free_slots
     _serves_small_request(slow_pd)
 
 
-def test_a_client_abort_mid_transfer_frees_the_slots_for_the_next_request_which_is_exact(slow_pd, reference, int8):
+def test_a_client_abort_mid_transfer_frees_the_slots_for_the_next_request_which_is_exact(
+    slow_pd, reference, int8, record
+):
     rid = f"abort-{secrets.token_hex(4)}"
     answers = {}
 
@@ -262,21 +321,29 @@ def test_a_client_abort_mid_transfer_frees_the_slots_for_the_next_request_which_
     _, aborted = answers["first"]
     assert isinstance(aborted, str) or aborted["meta_info"]["finish_reason"]["type"] == "abort", aborted
     _, decode = slow_pd.generate_direct(reference["body"], _room())
-    _assert_exact_and_drafted(decode, int8, LONG, "after an abort")
-    assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
+    tally = _assert_exact_and_drafted(decode, int8, LONG, "after an abort")
+    free = _wait_free(slow_pd.decode, slow_pd.free_slots)
+    _record(record, "a client abort (`/abort_request`) while the KV is arriving, the slots reused at once by the "
+            "next request", [decode], tally, aborted=1,
+            held=slow_pd.free_slots - free)  # fmt: skip
+    assert free == slow_pd.free_slots
 
 
-def test_a_burst_larger_than_the_decode_pool_queues_and_every_answer_is_exact(slow_pd, reference, int8):
+def test_a_burst_larger_than_the_decode_pool_queues_and_every_answer_is_exact(slow_pd, reference, int8, record):
     count = 3  # 3 x ~2.1k tokens > the 4,096-slot pool
     with concurrent.futures.ThreadPoolExecutor(count) as pool:
         answers = list(pool.map(lambda _: slow_pd.generate_direct(reference["body"], _room())[1], range(count)))
+    tally = Tally()
     for i, answer in enumerate(answers):
-        _assert_exact_and_drafted(answer, int8, LONG, f"burst request {i}")
-    assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
+        tally.add(_assert_exact_and_drafted(answer, int8, LONG, f"burst request {i}"))
+    free = _wait_free(slow_pd.decode, slow_pd.free_slots)
+    _record(record, f"a burst larger than the decode pool ({count} x 2.1k tokens > {POOL_TOKENS:,} slots)", answers,
+            tally, held=slow_pd.free_slots - free)  # fmt: skip
+    assert free == slow_pd.free_slots
 
 
 def test_a_mixed_load_with_client_aborts_through_the_router_leaks_nothing_and_answers_exactly(
-    slow_pd, tokenizer, int8, model_path
+    slow_pd, tokenizer, int8, model_path, record
 ):
     """24 requests, 8 at a time, through the router; every 6th client hangs up after its first
     event. Every other request is answered, and every answer equals int8 mode's (greedy: near
@@ -312,8 +379,14 @@ def test_a_mixed_load_with_client_aborts_through_the_router_leaks_nothing_and_an
     drafted = sum(a["meta_info"]["lynx"]["speculative_tokens"] > 0 for _, a in answered)
     print(f"\nmixed load vs int8: {tally.summary()}; {drafted} of {len(answered)} drafted on their anchors; "
           f"{len(errors)} failed: {errors}")  # fmt: skip
+    free = _wait_free(slow_pd.decode, slow_pd.free_slots)
+    abandoned = sum(kind == "abandoned" for kind, _ in results)
+    _record(record, f"mixed load through the router: {len(bodies)} requests of 64-768 tokens (greedy, seeded "
+            "sampling, stop strings), 8 at a time, every 6th client hanging up after its first event",
+            [a for kind, a in results if kind != "abandoned"], tally, aborted=abandoned,
+            held=slow_pd.free_slots - free)  # fmt: skip
     assert tally.ok, f"wrong answers: {[p for p in tally.partings if p.kind == 'mismatch']}"
-    assert _wait_free(slow_pd.decode, slow_pd.free_slots) == slow_pd.free_slots
+    assert free == slow_pd.free_slots
     assert _wait_state(slow_pd.decode, lambda s: s["transfer_rooms"] == 0)["transfer_rooms"] == 0
     assert _wait_state(slow_pd.prefill, lambda s: s["transfer_rooms"] == 0)["transfer_rooms"] == 0
     assert errors == [], "every request a client kept waiting for must be answered"
@@ -347,7 +420,7 @@ def _serving_prefill(pd: PDDeployment, model_path, server_logs) -> PDDeployment:
 
 
 def test_killing_prefill_while_it_computes_the_prompt_fails_the_request_and_decode_keeps_serving(
-    kill_pd, model_path, server_logs, tokenizer
+    kill_pd, model_path, server_logs, tokenizer, record
 ):
     """The decode server has reserved the slots and the prefill is computing (or encoding) the
     prompt when it dies. A 2k-token prompt's forward takes seconds here, and its first layers'
@@ -364,13 +437,16 @@ def test_killing_prefill_while_it_computes_the_prompt_fails_the_request_and_deco
     request.join(timeout=300)
     assert not request.is_alive(), "the request hung after its prefill server died"
     decode = answers["decode"]
+    left = _wait_free(pd.decode, free)
+    _record(record, "the prefill killed while it computes a 2k-token prompt (slots reserved)", [decode],
+            held=free - left)  # fmt: skip
     assert isinstance(decode, str) and "prefill" in decode.lower() and "Traceback" not in decode, decode
-    assert _wait_free(pd.decode, free) == free
+    assert left == free
     _serves_small_request(_serving_prefill(pd, model_path, server_logs))
 
 
 def test_killing_prefill_while_the_anchor_is_on_the_wire_fails_the_request_and_decode_keeps_serving(
-    kill_pd, model_path, server_logs, tokenizer
+    kill_pd, model_path, server_logs, tokenizer, record
 ):
     pd = _serving_prefill(kill_pd, model_path, server_logs)
     free = lynx_state(pd.decode)["kv_free_slots"]
@@ -381,15 +457,18 @@ def test_killing_prefill_while_the_anchor_is_on_the_wire_fails_the_request_and_d
         pd.prefill.stop(grace=0)
 
     _, decode = pd.generate_direct(_body(tokenizer, 1024), _room(), after_prefill=kill_during_transfer)
+    left = _wait_free(pd.decode, free)
+    _record(record, "the prefill killed while a 1k-token prompt's anchor is on the wire (0.01 Gbit/s)", [decode],
+            held=free - left)  # fmt: skip
     assert _receiving(seen["before_kill"]), f"prefill was killed before the transfer: {seen['before_kill']}"
     assert isinstance(decode, str), "the request must fail once its prefill server is gone"
     assert "prefill" in decode.lower() and "Traceback" not in decode, decode
-    assert _wait_free(pd.decode, free) == free
+    assert left == free
     _serves_small_request(_serving_prefill(pd, model_path, server_logs))
 
 
 def test_lynx_request_whose_residual_never_arrives_fails_without_unverified_tokens(
-    kill_pd, model_path, server_logs, tokenizer
+    kill_pd, model_path, server_logs, tokenizer, record
 ):
     """The anchor lands and decoding starts on it; then the prefill dies with the residual
     still on the wire. The client must have received only the exact first token, then an
@@ -413,12 +492,25 @@ def test_lynx_request_whose_residual_never_arrives_fails_without_unverified_toke
     except OSError as exc:
         error = str(exc)
     prefill.join(timeout=60)
+    left = _wait_free(pd.decode, free)
+    _record(record, f"the prefill killed after the anchor landed, the residual on the wire ({tokens_streamed} "
+            "token streamed before the error)", [_event_error(error)], held=free - left)  # fmt: skip
     assert error is not None, "the request must fail once its residual can no longer arrive"
     assert "residual" in error, error
     assert tokens_streamed == 1, "only the prefill's exact first token may have been streamed"
-    assert _wait_free(pd.decode, free) == free
+    assert left == free
     assert "failed: residual KV failed" in pd.decode.log_path.read_text()
     _serves_small_request(_serving_prefill(pd, model_path, server_logs))
+
+
+def _event_error(error: str | None) -> str:
+    """The message of a streamed error event (or the text of a broken stream)."""
+    try:
+        event = json.loads(error)
+    except (TypeError, ValueError):
+        return str(error)
+    error, finish = event.get("error"), event.get("meta_info", {}).get("finish_reason") or {}
+    return str((error.get("message") if isinstance(error, dict) else error) or finish.get("message") or event)
 
 
 def _abort(server: SGLangServer, rid: str) -> None:

@@ -6,7 +6,9 @@ an OpenAI chat completion straight to both servers with bootstrap room
 `CHAT_ROOM` (``chat``: each sample of an ``n > 1`` request draws with a seed
 derived from its room, so a fixed room makes two deployments' samples
 comparable), or straight to both servers with list bootstrap fields
-(``direct``: SGLang's router refuses batched bodies). Every prompt but the
+(``direct``: SGLang's router refuses batched bodies, and `smg` 1.13 drops
+`logit_bias` from a `/generate` body, so a logit bias sent through it would
+reach neither server). Every prompt but the
 second of ``batch-list`` is long enough that its residual lands while it
 drafts on its anchor.
 """
@@ -67,7 +69,7 @@ def request_types(tokenizer) -> list[RequestType]:
         RequestType("sampled-seed-logprobs", {**body(temperature=0.8, top_p=0.95, sampling_seed=21), **logprobs}),
         RequestType("frequency-presence-penalty", body(frequency_penalty=0.8, presence_penalty=0.6)),
         RequestType("repetition-penalty", body(repetition_penalty=1.3)),
-        RequestType("logit-bias", body(logit_bias={"30": -100.0, "260": 4.0})),
+        RequestType("logit-bias", body(logit_bias={"30": -100.0, "260": 4.0}), how="direct"),
         RequestType("min-new-tokens", body(say_yes, min_new_tokens=12)),
         RequestType("stop-string", body(stop=[" the ", "."])),
         RequestType("stop-regex", body(stop_regex=r"\bis\b")),
