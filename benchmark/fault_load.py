@@ -272,6 +272,7 @@ def main(argv=None) -> int:
     if "mooncake" in profile.transports and not inside_namespace(os.environ):
         return subprocess.call(isolated([sys.executable, str(Path(__file__).resolve()), *argv]))
     from lynx_deploy.models import prepare_smollm2
+    from transformers import AutoTokenizer
 
     model = prepare_smollm2()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -287,7 +288,7 @@ def main(argv=None) -> int:
     path = args.add_to or args.out / "fault_load.json"
     say("starting the int8 reference server")
     with reference_server(model, args.out / "logs") as reference:
-        judge = Judge(server_continuation(post_json, reference.url))
+        judge = Judge(server_continuation(post_json, reference.url), encode=AutoTokenizer.from_pretrained(str(model)).encode)
         ctx = {"model": model, "vocab": vocab, "judge": judge, "out": args.out, "say": say, "reference_url": reference.url}
         deployments = []
         for transport, prefills in profile.deployments():

@@ -65,13 +65,14 @@ class Judge:
     """Answers judged against the reference server's (`int8` decoding, greedy, EOS ignored), which are
     asked once per prompt and kept: every fault of a run sends the same prompts."""
 
-    def __init__(self, continue_reference) -> None:
-        self._continue = continue_reference
+    def __init__(self, continue_reference, encode=None) -> None:
+        self._continue, self._encode = continue_reference, encode
         self._references: dict[tuple, Answer] = {}
 
     def __call__(self, records: list[dict]) -> Tally:
-        """bench_serving's records (the answered ones) judged."""
-        return self.judge_answers(answers(records, encode=None))
+        """bench_serving's records (the answered ones) judged; a text prompt (`generated-shared-prefix`)
+        is tokenized by `encode`, as the server did."""
+        return self.judge_answers(answers(records, encode=self._encode))
 
     def judge_answers(self, candidates: list[tuple[tuple, Answer]]) -> Tally:
         """Answers keyed by ``(prompt ids, asked length)`` judged."""

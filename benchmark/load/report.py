@@ -110,7 +110,7 @@ def markdown(result: dict) -> str:
         table(result),
         comparison_table(result),
         exactness_line(result),
-        *([f"Deployments that did not serve: " + "; ".join(f"{k}: {v.splitlines()[0][:300]}" for k, v in result["failed"].items())]
+        *(["Deployments that did not serve: " + "; ".join(f"{k}: {v.splitlines()[0][:300]}" for k, v in result["failed"].items())]
           if result.get("failed") else []),
     ])  # fmt: skip
 

@@ -84,6 +84,14 @@ def test_outcome_judges_answers_counts_failures_hung_and_asks_each_reference_onc
     assert reference.calls == 1
 
 
+def test_a_text_prompt_is_tokenized_as_the_server_did_before_it_is_judged():
+    """`generated-shared-prefix` records carry the prompt's text, not its ids (the soak's every other round)."""
+    reference = _Reference()
+    record = {**_record((), (3, 4, 5)), "prompt_ids": None, "prompt_text": "abc"}
+    result = outcome([record], sent=1, fault_wall=None, judge=Judge(reference, encode=lambda text: [7] * len(text)))
+    assert result["wrong"] == 0 and result["judged"]["tokens_judged"] == 3, result
+
+
 def _level(free=100, rows=10, rooms=0, rss=1000.0, threads=50, fds=40):
     return {"kv_free_slots": free, "req_rows_free": rows, "transfer_rooms": rooms, "rss_mib": rss, "threads": threads,
             "fds": fds}  # fmt: skip
