@@ -100,8 +100,8 @@ def _kinds(s: dict) -> str:
 def single_markdown(result: dict) -> str:
     """The single-request fault scenarios of `test_pd_failures.py` (its `LYNX_FAULT_RECORD` JSON)."""
     lines = [
-        f"{result['date']}, commit {result['commit']}: a {result['link_gbps']:g} Gbit/s link, a "
-        f"{result['timeout_s']:g} s no-progress timeout, a {result['pool_tokens']:,}-slot decode pool.",
+        f"{result['date']}, commit {result['commit']}: a {result['link_gbps']:g} Gbit/s link, no-progress timeout "
+        f"{result['timeout_s']:g} s, a {result['pool_tokens']:,}-slot decode pool.",
         "",
         "| fault | requests | answered (drafted) | client aborts | failed | wrong (tokens judged) | slots held |",
         "| --- | --- | --- | --- | --- | --- | --- |",

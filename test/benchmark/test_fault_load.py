@@ -211,7 +211,7 @@ def test_the_single_request_table_gives_each_scenarios_counts_and_reasons_in_one
     result = {"date": "2026-12-06", "commit": "abc1234", "link_gbps": 0.015, "timeout_s": 8, "pool_tokens": 4096,
               "rows": rows}  # fmt: skip
     table = single_markdown(result)
-    assert table.startswith("2026-12-06, commit abc1234: a 0.015 Gbit/s link, a 8 s no-progress timeout, a 4,096-slot")
+    assert table.startswith("2026-12-06, commit abc1234: a 0.015 Gbit/s link, no-progress timeout 8 s, a 4,096-slot")
     assert '| a stall | 1 | 0 (0) | 0 | 1: "made no progress for 8s / room 7" | 0 (0) | 0 |' in table
     assert "| a burst | 3 | 3 (3) | 0 | 0 | 0 (24) | 0 |" in table
 
