@@ -79,12 +79,14 @@ def _again(f: dict) -> str:
 
 def _soak_line(d: dict) -> str:
     s = d["soak"]
-    return (f"Soak ({d['transport']}, {d['prefills']} prefill{'s' if d['prefills'] > 1 else ''}): {s['rounds']} rounds "
+    slope = s["rss_slope_mib_per_hour"]
+    return (f"Soak ({d['transport']}, {d['prefills']} prefill{'s' if d['prefills'] > 1 else ''}): {s['rounds']} "
+            f"round{'s' if s['rounds'] != 1 else ''} "
             f"in {s['minutes']:g} min, {s['requests']} requests: {s['answered']} answered, {s['failed']} failed, "
             f"{s['wrong']} wrong, {s['hung']} hung; {s['aborted']} client aborts beside them{_kinds(s)}; slots / rows / rooms "
             f"held {s['slots_held']} / {s['rows_held']} / {s['rooms_held']}; resident memory {s['rss_mib_first']:.0f} -> "
-            f"{s['rss_mib_last']:.0f} MiB, slope {s['rss_slope_mib_per_hour']} MiB/hour: "
-            f"{'pass' if s['passed'] else 'FAIL'}.")  # fmt: skip
+            f"{s['rss_mib_last']:.0f} MiB, " + (f"slope {slope} MiB/hour: " if slope is not None else "no slope (one round): ")
+            + f"{'pass' if s['passed'] else 'FAIL'}.")  # fmt: skip
 
 
 def _kinds(s: dict) -> str:

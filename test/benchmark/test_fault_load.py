@@ -200,6 +200,9 @@ def test_the_table_ends_with_the_soak_line():
     line = markdown(result).rstrip().splitlines()[-1]
     assert line.startswith("Soak (zmq, 1 prefill): 3 rounds in 3 min, 30 requests: 24 answered")
     assert "1001 -> 1003 MiB, slope 60.0 MiB/hour: pass." in line
+    one = {**deployment, "soak": soak_summary(rounds[:1])}
+    line = markdown({**result, "deployments": [one]}).rstrip().splitlines()[-1]
+    assert "1 round in 1 min" in line and line.endswith("1001 -> 1001 MiB, no slope (one round): pass."), line
 
 
 def test_the_single_request_table_gives_each_scenarios_counts_and_reasons_in_one_cell():
