@@ -230,7 +230,7 @@ def soak(pd: PDDeployment, profile: Profile, run: dict, rounds: list[dict]) -> N
                            beside=lambda: mixed.send(post_json, lambda body: pd.generate_direct(body, _room())[1], pd.url,
                                                      run["reference_url"], items, 300))  # fmt: skip
         result["beside"] = mixed.judge(result.get("beside") or [], post_json, run["reference_url"])
-        result["passed"] = result["passed"] and mixed_passed(result["beside"], len(items))
+        result["passed"] = result["passed"] and mixed.passed(result["beside"], len(items))
         rounds.append({**result, "round": i, "dataset": dataset, "at_s": round(time.monotonic() - started, 1)})
         _say_outcome(run["say"], result)
 
@@ -245,11 +245,6 @@ def _into(out: dict, key: str, work: Callable[[], object]) -> None:
         out[key] = work()
     except Exception as exc:  # recorded; the caller's verdict fails without the result
         out[f"{key}_error"] = f"{type(exc).__name__}: {exc}"[:500]
-
-
-def mixed_passed(beside: dict, sent: int) -> bool:
-    """Every request of the other kinds answered and none wrong (no fault touches them)."""
-    return beside["requests"] == beside["answered"] == sent and beside["wrong"] == 0
 
 
 def _say_outcome(say, f: dict) -> None:

@@ -101,3 +101,8 @@ def judge(results: list[dict], post: Post, reference_url: str) -> dict:
         "near_ties": sum(p.kind == "near_tie" for p in tally.partings),
         "partings": [p.__dict__ for p in tally.partings],
     }
+
+
+def passed(verdict: dict, sent: int) -> bool:
+    """Every one of the `sent` requests answered and none wrong (no fault touches them)."""
+    return verdict["requests"] == verdict["answered"] == sent and verdict["wrong"] == 0

@@ -279,8 +279,7 @@ def test_the_other_kinds_each_send_one_seeded_prompt_with_their_parameters():
 
 
 def test_the_other_kinds_are_judged_against_the_references_answer_and_failures_keep_their_reason():
-    from faults.mixed import bodies, judge, send
-    from fault_load import mixed_passed
+    from faults.mixed import bodies, judge, passed, send
 
     items = bodies(seed=1, vocab=1000, input_tokens=8, output_tokens=4)[:3]
     asked = []
@@ -298,10 +297,10 @@ def test_the_other_kinds_are_judged_against_the_references_answer_and_failures_k
     assert verdict["requests"] == 3 and verdict["answered"] == 2 and verdict["drafted"] == 2
     assert verdict["reasons"] == ["repetition-penalty: OSError: connection refused"]
     assert verdict["wrong"] == 1 and verdict["tokens_judged"] == 8, verdict
-    assert not mixed_passed(verdict, 3)
+    assert not passed(verdict, 3)
     same = judge(send(lambda url, body, timeout=600.0: _reply([5, 6, 7, 8]), None, "http://r", "http://ref", items, 5),
                  post, "http://ref")  # fmt: skip
-    assert same["wrong"] == 0 and same["answered"] == 3 and mixed_passed(same, 3)
+    assert same["wrong"] == 0 and same["answered"] == 3 and passed(same, 3)
 
 
 def test_a_logit_bias_goes_to_the_pair_directly_and_an_error_text_is_its_reason():
