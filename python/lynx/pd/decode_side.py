@@ -83,8 +83,6 @@ class DecodeSide:
         self.landed = threading.Event()
         self._pool: PoolView | None = None
         self._pool_ready = threading.Event()
-        self._claims: set[int] = set()
-        self._claims_lock = threading.Lock()
         self.listener = make_listener(config, secret, bind_host)
         self.supervisor = Supervisor(self._on_crash)
         self.slots = SlotWriter(self._rooms, lambda: self.pool, self._wires)
@@ -126,11 +124,7 @@ class DecodeSide:
 
     def claim(self, room: int) -> bool:
         """Claim `room` for a new receiver; False if a live receiver holds it (a duplicate)."""
-        with self._claims_lock:
-            if room in self._claims or self._rooms.state(room) not in (None, RoomState.FAILED, RoomState.CLOSED):
-                return False
-            self._claims.add(room)
-            return True
+        return self._requests.claim(room)
 
     def reserve(
         self, room: int, slots: np.ndarray, aux_index: int, since: float, peer: str, endpoints=(), sources: int = 1
@@ -185,9 +179,7 @@ class DecodeSide:
 
     def release(self, room: int) -> None:
         """The receiver is done: drop the room unless the consumer owns it. Waits for a write."""
-        with self._claims_lock:
-            self._claims.discard(room)
-        self._requests.close(room, owner=Owner.TRANSFER)
+        self._requests.release(room)
 
     # --- the consumer's side (the speculation controller, scheduler thread) ----------------
 

@@ -8,13 +8,23 @@ answers for the request as a whole: its state is its least advanced part's
 (FAILED if any part failed), its milestones its last part's, and failing or
 closing it fails or closes every part; once one part starts receiving, every
 part's deadline runs. A request of one part is just its room.
+
+A request's id has a holder of its own (`Hold`), with a lifetime that is not
+its rooms': SGLang's receiver claims the id before its slots are known (to
+turn a duplicate away before it touches SGLang's tables), and the consumer
+may keep the rooms after the receiver ended. `HOLD_MOVES` is its table;
+`PartedRooms._hold` the one place it is applied.
 """
 
 from __future__ import annotations
 
+import enum
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 
+from lynx.lifecycle import move
 from lynx.transfer.room_lifecycle import Owner, Placement, Room, RoomState
 from lynx.transfer.rooms import DuplicateRoom, RoomTable
 
@@ -24,17 +34,77 @@ _ORDER = [
 ]  # fmt: skip
 
 
+class Hold(enum.Enum):
+    """Who holds a request's id on this rank."""
+
+    CLAIMED = "claimed"  # a receiver holds it; no part reserved yet
+    RESERVED = "reserved"  # a receiver holds it and its parts
+    CONSUMED = "consumed"  # the receiver ended; the consumer keeps the parts it took over
+    RELEASED = "released"  # nobody: the request is forgotten
+
+
+HOLD_MOVES: Mapping[Hold, frozenset[Hold]] = MappingProxyType({
+    Hold.CLAIMED: frozenset({Hold.RESERVED, Hold.RELEASED}),
+    Hold.RESERVED: frozenset({Hold.CONSUMED, Hold.RELEASED}),
+    Hold.CONSUMED: frozenset({Hold.CLAIMED, Hold.RELEASED}),  # a new receiver, once every part ended
+    Hold.RELEASED: frozenset(),
+})  # fmt: skip
+"""The holds each hold may move to; every other move is refused."""
+
+
+@dataclass
+class _Request:
+    request: int
+    hold: Hold
+    parts: tuple[int, ...] = ()
+
+
 class PartedRooms:
     """The requests of one receiving rank, over its room table (which keeps every transition)."""
 
     def __init__(self, table: RoomTable) -> None:
         self.table = table
-        self._parts: dict[int, tuple[int, ...]] = {}
+        self._requests: dict[int, _Request] = {}
         self._lock = threading.Lock()
 
+    def _hold(self, record: _Request, to: Hold) -> None:
+        """Move the request's hold (under `_lock`); a released request is forgotten."""
+        record.hold = move(HOLD_MOVES, record.hold, to, f"request {record.request}'s hold")
+        if to is Hold.RELEASED:
+            del self._requests[record.request]
+
+    def hold(self, request: int) -> Hold:
+        with self._lock:
+            record = self._requests.get(request)
+            return Hold.RELEASED if record is None else record.hold
+
+    def claim(self, request: int) -> bool:
+        """A new receiver holds `request`'s id; False (nothing changed) while another receiver
+        holds it or a room of it is live (a duplicate)."""
+        with self._lock:
+            record = self._requests.get(request)
+            if (record is not None and record.hold is not Hold.CONSUMED) or self._live(request, record):
+                return False
+            if record is None:
+                self._requests[request] = _Request(request, Hold.CLAIMED)
+            else:
+                self._hold(record, Hold.CLAIMED)
+            return True
+
+    def _live(self, request: int, record: _Request | None) -> bool:
+        parts = record.parts if record is not None and record.parts else (request,)
+        return any(state is not None and state.live for state in map(self.table.state, parts))
+
     def reserve(self, request: int, rooms: Sequence[Room]) -> None:
-        """Reserve the parts of `request` (their ids distinct), numbered in order (`Room.request`,
-        `Room.part`); DuplicateRoom, and none reserved, if one is live."""
+        """Reserve the parts of the claimed `request` (their ids distinct), numbered in order
+        (`Room.request`, `Room.part`); DuplicateRoom, and none reserved, if one is live.
+
+        Raises:
+            RefusedTransition: no receiver claimed the request (or it is reserved already).
+        """
+        with self._lock:
+            record = self._requests.get(request) or _Request(request, Hold.RELEASED)
+            move(HOLD_MOVES, record.hold, Hold.RESERVED, f"request {request}'s hold")  # refused before any room
         reserved: list[int] = []
         try:
             for part, entry in enumerate(rooms):
@@ -46,12 +116,25 @@ class PartedRooms:
                 self.table.close(wire)
             raise
         with self._lock:
-            self._parts[request] = tuple(reserved)
+            record.parts = tuple(reserved)
+            self._hold(record, Hold.RESERVED)
+
+    def release(self, request: int) -> list[Room]:
+        """The receiver ended: close the parts it still owns (`Owner.TRANSFER`); the ones the
+        consumer took over stay the consumer's (CONSUMED) until it closes them. The closed ones."""
+        closed = self._close_parts(request, Owner.TRANSFER)
+        with self._lock:
+            record = self._requests.get(request)
+            if record is not None and record.hold is not Hold.CONSUMED:
+                left = any(self.table.get(wire) is not None for wire in record.parts)
+                self._hold(record, Hold.CONSUMED if left else Hold.RELEASED)
+        return closed
 
     def parts(self, request: int) -> tuple[int, ...]:
         """The rooms of `request` (the request's own id alone if it was not reserved in parts)."""
         with self._lock:
-            return self._parts.get(request, (request,))
+            record = self._requests.get(request)
+            return record.parts if record is not None and record.parts else (request,)
 
     def entries(self, request: int) -> list[Room | None]:
         return [self.table.get(wire) for wire in self.parts(request)]
@@ -118,12 +201,15 @@ class PartedRooms:
         for wire in self.parts(request):
             self.table.hand_over(wire)
 
-    def close(self, request: int, owner: Owner | None = None) -> list[Room]:
-        """Close every part (of `owner` only, if given; see `RoomTable.close`); the closed ones.
-        The request is forgotten once none of its parts is left."""
-        wires = self.parts(request)
-        closed = [entry for wire in wires if (entry := self.table.close(wire, owner=owner)) is not None]
-        if all(self.table.get(wire) is None for wire in wires):
-            with self._lock:
-                self._parts.pop(request, None)
+    def close(self, request: int) -> list[Room]:
+        """The consumer ended the request: close every part; the closed ones. The request is
+        forgotten unless a receiver still holds its id (its `release` then forgets it)."""
+        closed = self._close_parts(request, None)
+        with self._lock:
+            record = self._requests.get(request)
+            if record is not None and record.hold is Hold.CONSUMED:
+                self._hold(record, Hold.RELEASED)
         return closed
+
+    def _close_parts(self, request: int, owner: Owner | None) -> list[Room]:
+        return [entry for wire in self.parts(request) if (entry := self.table.close(wire, owner=owner)) is not None]

@@ -438,7 +438,7 @@ def test_only_a_new_room_may_be_reserved():
     assert rooms.get(7) is None
 
 
-def test_no_decode_module_sets_a_rooms_state_but_the_tables_one_move():
+def test_no_decode_module_sets_a_rooms_state_or_a_requests_hold_but_their_one_move():
     root = Path(rooms_module.__file__).parents[1]
     files = [root / "transfer" / name for name in ("rooms.py", "parts.py", "room_lifecycle.py")]
     files += sorted((root / "pd").glob("decode_*.py"))
@@ -451,6 +451,6 @@ def test_no_decode_module_sets_a_rooms_state_but_the_tables_one_move():
                 targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
                 for target in targets:
                     for leaf in target.elts if isinstance(target, ast.Tuple) else [target]:
-                        if isinstance(leaf, ast.Attribute) and leaf.attr == "state":
-                            setters.add((path.name, func.name))
-    assert len(files) >= 7 and setters == {("rooms.py", "_move")}
+                        if isinstance(leaf, ast.Attribute) and leaf.attr in ("state", "hold"):
+                            setters.add((path.name, func.name, leaf.attr))
+    assert len(files) >= 7 and setters == {("rooms.py", "_move", "state"), ("parts.py", "_hold", "hold")}
