@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import subprocess
 import sys
 import threading
@@ -227,16 +226,12 @@ def soak(pd: PDDeployment, profile: Profile, run: dict, rounds: list[dict]) -> N
                    f"{profile.soak_minutes:g} min")  # fmt: skip
         items = mixed.bodies(seeded.seed, run["vocab"], profile.input_tokens, profile.output_tokens)
         result = run_fault("abort", pd, seeded, run, dataset, f"{run['name']}-soak{i}",
-                           beside=lambda: mixed.send(post_json, lambda body: pd.generate_direct(body, _room())[1], pd.url,
+                           beside=lambda: mixed.send(post_json, lambda body: pd.generate_direct(body)[1], pd.url,
                                                      run["reference_url"], items, 300))  # fmt: skip
         result["beside"] = mixed.judge(result.get("beside") or [], post_json, run["reference_url"])
         result["passed"] = result["passed"] and mixed.passed(result["beside"], len(items))
         rounds.append({**result, "round": i, "dataset": dataset, "at_s": round(time.monotonic() - started, 1)})
         _say_outcome(run["say"], result)
-
-
-def _room() -> int:
-    return secrets.randbelow(2**62) + 1
 
 
 def _into(out: dict, key: str, work: Callable[[], object]) -> None:

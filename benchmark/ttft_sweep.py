@@ -50,7 +50,6 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import subprocess
 import statistics
 import sys
@@ -59,7 +58,7 @@ from pathlib import Path
 from lynx.config import MIN_CHUNK_BYTES, LynxConfig
 from lynx.kvwire import KVShape, WireFormat
 from lynx_deploy.models import SMOLLM2, prepare_smollm2
-from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.deployment import PDDeployment, new_room
 from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.netns import INSIDE_ENV, isolated
 from lynx_testing.prompts import chat_prompt, long_question
@@ -172,7 +171,7 @@ def prefill_seconds(pd: PDDeployment, tokenizer, tokens: int) -> float:
     pd.prefill.flush_cache()
     body = {"text": chat_prompt(tokenizer, long_question(tokenizer, tokens, index=997)),
             "sampling_params": {"max_new_tokens": 1, "temperature": 0}}  # fmt: skip
-    prefill, _ = pd.generate_direct(body, secrets.randbelow(2**62) + 1)
+    prefill, _ = pd.generate_direct(body)
     if not isinstance(prefill, dict):
         raise RuntimeError(f"prefill calibration failed: {prefill}")
     return prefill["meta_info"]["e2e_latency"]
@@ -189,7 +188,7 @@ def run_point(pd: PDDeployment, tokenizer, tokens: int, kind: str, repeat: int, 
     pd.prefill.flush_cache()
     body = point_body(tokenizer, tokens, kind, repeat, args)
     if getattr(args, "via", "router") == "direct":
-        run = stream_direct_recorded(pd, body, secrets.randbelow(2**62) + 1, nth=_ints(args.nth))
+        run = stream_direct_recorded(pd, body, new_room(), nth=_ints(args.nth))
     else:
         run = stream_recorded(f"{pd.url}/generate", body, nth=_ints(args.nth))
     return run | {"request": [tokens, repeat]}

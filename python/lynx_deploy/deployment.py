@@ -10,6 +10,7 @@ servers' `--served-model-name`.
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -31,6 +32,11 @@ SERVED_MODEL = "smollm2"
 # prefill's announcement (SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s) must
 # cover a queue of such prefills; after it Lynx's own no-progress timeout runs.
 PD_SERVER_ENV = {"SGLANG_HEALTH_CHECK_TIMEOUT": "600", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "1800"}
+
+
+def new_room() -> int:
+    """A fresh bootstrap room for a request sent past the router (random like the router's, never 0)."""
+    return secrets.randbelow(2**62) + 1
 
 
 class PDDeployment:
@@ -183,17 +189,19 @@ class PDDeployment:
     def generate_direct(
         self,
         body: dict,
-        room: int,
+        room: int | None = None,
         timeout: float = 600.0,
         after_prefill: Callable[[], None] | None = None,
     ) -> tuple[dict | str, dict | str]:
-        """POST `/generate` to prefill and decode with bootstrap room `room`, bypassing the router.
+        """POST `/generate` to prefill and decode with bootstrap room `room` (a `new_room` if None),
+        bypassing the router.
 
         `after_prefill` runs once the prefill server has answered (its KV is
         then on its way) while the decode server may still be receiving.
         Returns ``(prefill_answer, decode_answer)``; an answer is the decoded
         JSON, or the error text when the server answered with an HTTP error.
         """
+        room = new_room() if room is None else room
         fields = {"bootstrap_host": HOST, "bootstrap_port": self.bootstrap_port, "bootstrap_room": room}
         answers: dict[str, dict | str] = {}
 
@@ -214,11 +222,12 @@ class PDDeployment:
             thread.join()
         return answers["prefill"], answers["decode"]
 
-    def stream_direct(self, body: dict, room: int, nth=(1,), timeout: float = 600.0) -> dict:
-        """A streaming `/generate` sent to both servers with bootstrap room `room`, bypassing the
-        router: `stream_generate`'s timings of the decode server's stream, plus ``prefill_s``, when
+    def stream_direct(self, body: dict, room: int | None = None, nth=(1,), timeout: float = 600.0) -> dict:
+        """A streaming `/generate` sent to both servers with bootstrap room `room` (a `new_room` if
+        None), bypassing the router: `stream_generate`'s timings of the decode server's stream, plus ``prefill_s``, when
         the prefill server answered (its own measure of the request: bootstrap, prefill, KV snapshot)."""
 
+        room = new_room() if room is None else room
         fields = {"bootstrap_host": HOST, "bootstrap_port": self.bootstrap_port, "bootstrap_room": room}
         prefill: dict = {}
 

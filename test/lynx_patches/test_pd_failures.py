@@ -41,7 +41,7 @@ import pytest
 from lynx.transfer.keys import curve_keys
 from lynx.transfer.transport import TransportError
 from lynx.transfer.zmq_transport import ZmqTransport
-from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.deployment import PDDeployment, new_room
 from lynx_deploy.processes import post_json
 from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.judge import Tally
@@ -58,10 +58,6 @@ TIMEOUT_S = 8
 POOL_TOKENS = 4096
 SMALL = {"text": "Say hello.", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
 LONG, LONGER, OTHER = range(3)  # `fault_bodies`: 2k tokens, the same extended, 1k tokens
-
-
-def _room() -> int:
-    return secrets.randbelow(2**62) + 1
 
 
 def _wait_state(server, ready, wait_s: float = 60.0) -> dict:
@@ -82,7 +78,7 @@ def _wait_free(server, want: int, wait_s: float = 60.0) -> int:
 
 
 def _serves_small_request(pd: PDDeployment) -> None:
-    _, decode = pd.generate_direct(SMALL, _room())
+    _, decode = pd.generate_direct(SMALL)
     assert isinstance(decode, dict) and decode["text"].strip(), decode
 
 
@@ -186,7 +182,7 @@ def bodies(tokenizer) -> list[dict]:
 @pytest.fixture(scope="module")
 def reference(slow_pd, bodies, int8) -> dict:
     """The 2k-token request answered with no fault (exact, drafted): the body every faulty run sends."""
-    _, decode = slow_pd.generate_direct(bodies[LONG], _room())
+    _, decode = slow_pd.generate_direct(bodies[LONG])
     tally = _assert_exact_and_drafted(decode, int8, LONG, "no fault")
     return {"body": bodies[LONG], "answer": decode, "tally": tally}
 
@@ -221,7 +217,7 @@ def test_a_stalled_link_fails_the_request_after_the_timeout_and_both_keep_servin
     stall = threading.Thread(target=stall_during_transfer, daemon=True)
     stall.start()
     try:
-        _, decode = slow_pd.generate_direct(reference["body"], _room())
+        _, decode = slow_pd.generate_direct(reference["body"])
     finally:
         stall.join(timeout=TIMEOUT_S + 120)
         os.kill(scheduler, signal.SIGCONT)
@@ -248,7 +244,7 @@ def test_peers_without_the_secret_cannot_get_a_byte_in_and_the_transfer_is_exact
                 except TransportError:
                     refused.append(curve is None)
 
-    _, decode = slow_pd.generate_direct(reference["body"], _room(), after_prefill=attack)
+    _, decode = slow_pd.generate_direct(reference["body"], after_prefill=attack)
     assert refused == [True, False], "both peers must be refused at the handshake"
     tally = _assert_exact_and_drafted(decode, int8, LONG, "secret-less peers")
     _record(record, "two peers without the secret (plaintext; CurveZMQ with a wrong key) each sending a 6,000-part "
@@ -266,7 +262,7 @@ def test_a_cached_prefix_streams_with_the_forward_and_a_prompt_sent_again_still_
     answers = []
     for _ in range(2):
         before = lynx_state(slow_pd.prefill)["segments_sent"]
-        _, decode = slow_pd.generate_direct(bodies[LONGER], _room())
+        _, decode = slow_pd.generate_direct(bodies[LONGER])
         assert isinstance(decode, dict), decode
         after = lynx_state(slow_pd.prefill)["segments_sent"]
         answers.append((decode, {kind: after[kind] - before[kind] for kind in after}))
@@ -280,7 +276,7 @@ def test_a_cached_prefix_streams_with_the_forward_and_a_prompt_sent_again_still_
 
 
 def test_two_live_requests_with_one_room_never_get_a_wrong_answer(slow_pd, reference, bodies, int8, record):
-    room = _room()
+    room = new_room()
     other = bodies[OTHER]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         first = pool.submit(slow_pd.generate_direct, reference["body"], room)
@@ -288,7 +284,7 @@ def test_two_live_requests_with_one_room_never_get_a_wrong_answer(slow_pd, refer
         assert _receiving(state), f"the first request's transfer never started: {state}"
         second = pool.submit(slow_pd.generate_direct, other, room)
         answers = [first.result()[1], second.result()[1]]
-    _, clean = slow_pd.generate_direct(other, _room())
+    _, clean = slow_pd.generate_direct(other)
     tally = _assert_exact_and_drafted(clean, int8, OTHER, "after a duplicate room")
     for answer, which in zip(answers, (LONG, OTHER)):
         if isinstance(answer, dict):
@@ -310,7 +306,7 @@ def test_a_client_abort_mid_transfer_frees_the_slots_for_the_next_request_which_
     answers = {}
 
     def run():
-        answers["first"] = slow_pd.generate_direct({**reference["body"], "rid": rid}, _room())
+        answers["first"] = slow_pd.generate_direct({**reference["body"], "rid": rid})
 
     request = threading.Thread(target=run)
     request.start()
@@ -320,7 +316,7 @@ def test_a_client_abort_mid_transfer_frees_the_slots_for_the_next_request_which_
     request.join(timeout=300)
     _, aborted = answers["first"]
     assert isinstance(aborted, str) or aborted["meta_info"]["finish_reason"]["type"] == "abort", aborted
-    _, decode = slow_pd.generate_direct(reference["body"], _room())
+    _, decode = slow_pd.generate_direct(reference["body"])
     tally = _assert_exact_and_drafted(decode, int8, LONG, "after an abort")
     free = _wait_free(slow_pd.decode, slow_pd.free_slots)
     _record(record, "a client abort (`/abort_request`) while the KV is arriving, the slots reused at once by the "
@@ -332,7 +328,7 @@ def test_a_client_abort_mid_transfer_frees_the_slots_for_the_next_request_which_
 def test_a_burst_larger_than_the_decode_pool_queues_and_every_answer_is_exact(slow_pd, reference, int8, record):
     count = 3  # 3 x ~2.1k tokens > the 4,096-slot pool
     with concurrent.futures.ThreadPoolExecutor(count) as pool:
-        answers = list(pool.map(lambda _: slow_pd.generate_direct(reference["body"], _room())[1], range(count)))
+        answers = list(pool.map(lambda _: slow_pd.generate_direct(reference["body"])[1], range(count)))
     tally = Tally()
     for i, answer in enumerate(answers):
         tally.add(_assert_exact_and_drafted(answer, int8, LONG, f"burst request {i}"))
@@ -429,7 +425,7 @@ def test_killing_prefill_while_it_computes_the_prompt_fails_the_request_and_deco
     free = lynx_state(pd.decode)["kv_free_slots"]
     answers = {}
     request = threading.Thread(target=lambda: answers.update(zip(("prefill", "decode"),
-                                                                 pd.generate_direct(_body(tokenizer, 2048), _room()))))
+                                                                 pd.generate_direct(_body(tokenizer, 2048)))))
     request.start()
     state = _wait_state(pd.decode, _computing)
     assert _computing(state), f"the decode server never reserved the room: {state}"
@@ -456,7 +452,7 @@ def test_killing_prefill_while_the_anchor_is_on_the_wire_fails_the_request_and_d
         seen["before_kill"] = _wait_state(pd.decode, _receiving)
         pd.prefill.stop(grace=0)
 
-    _, decode = pd.generate_direct(_body(tokenizer, 1024), _room(), after_prefill=kill_during_transfer)
+    _, decode = pd.generate_direct(_body(tokenizer, 1024), after_prefill=kill_during_transfer)
     left = _wait_free(pd.decode, free)
     _record(record, "the prefill killed while a 1k-token prompt's anchor is on the wire (0.01 Gbit/s)", [decode],
             held=free - left)  # fmt: skip
@@ -475,7 +471,7 @@ def test_lynx_request_whose_residual_never_arrives_fails_without_unverified_toke
     error, and the decode server must free every slot and keep serving."""
     pd = _serving_prefill(kill_pd, model_path, server_logs)
     free = lynx_state(pd.decode)["kv_free_slots"]
-    fields = {"bootstrap_host": "127.0.0.1", "bootstrap_port": pd.bootstrap_port, "bootstrap_room": _room()}
+    fields = {"bootstrap_host": "127.0.0.1", "bootstrap_port": pd.bootstrap_port, "bootstrap_room": new_room()}
     body = {**_body(tokenizer, 1024, max_new_tokens=64), **fields}
     prefill = threading.Thread(target=_post_quietly, args=(f"{pd.prefill.url}/generate", body))
     prefill.start()

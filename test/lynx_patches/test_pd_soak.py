@@ -26,7 +26,7 @@ import time
 
 import psutil
 import pytest
-from lynx_deploy.deployment import PDDeployment
+from lynx_deploy.deployment import PDDeployment, new_room
 from lynx_deploy.processes import post_json
 from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.judge import Tally
@@ -160,7 +160,7 @@ def _judge_soak(lynx: dict, int8: dict, bodies: list[dict], model_path, tokenize
 def test_a_decode_server_restarted_mid_transfer_leaves_the_prefill_serving(model_path, tokenizer, secret_file, server_logs):
     args = ["--lynx-mode", "int8", "--lynx-link-gbps", "0.002", "--lynx-secret-file", str(secret_file)]
     with PDDeployment(model_path, args, extra_args=CPU_MODEL_ARGS, log_dir=server_logs / "pd-restart") as pd:
-        room = secrets.randbelow(2**62) + 1
+        room = new_room()
 
         def restart_decode():
             _wait(pd.decode, lambda s: s["rooms_by_state"].get("receiving"))

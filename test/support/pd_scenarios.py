@@ -14,7 +14,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import secrets
 import sys
 import threading
 import urllib.error
@@ -299,7 +298,7 @@ def _ask_types(dep: Deployment, url: str, pd: PDDeployment, types: list[dict], e
             if kind["how"] == "chat":
                 return chat_direct(pd, {"model": SERVED_MODEL, **body}, CHAT_ROOM)
             if kind["how"] == "direct":
-                return pd.generate_direct(body, secrets.randbelow(2**62) + 1)[1]
+                return pd.generate_direct(body)[1]
             return post_json(f"{url}/generate", body)
         except urllib.error.HTTPError as exc:
             return f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:2000]}"
