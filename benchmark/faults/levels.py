@@ -2,13 +2,16 @@
 
 Per server, with its prefix cache emptied: the scheduler's free KV slots and free request rows and the rooms
 Lynx's transfer holds (`/server_info`), and its processes' resident memory,
-threads and open file descriptors (sockets among them), summed over the
-server's process tree.
+threads and open file descriptors, summed over the server's process tree,
+and those descriptors by kind (TCP and Unix sockets, eventfds, pipes, epolls,
+files: `fd_kinds`), so that a growth says what grew.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections import Counter
 
 import psutil
 from lynx_deploy.deployment import PDDeployment
@@ -34,6 +37,7 @@ def server_levels(server: SGLangServer) -> dict | None:
     if lynx is None or server.process is None:
         return None
     rss = threads = fds = 0
+    kinds: Counter[str] = Counter()
     try:
         root = psutil.Process(server.process.pid)
         for process in (root, *root.children(recursive=True)):
@@ -41,11 +45,34 @@ def server_levels(server: SGLangServer) -> dict | None:
                 rss += process.memory_info().rss
                 threads += process.num_threads()
                 fds += process.num_fds()
+            kinds.update(fd_kinds(process))
     except psutil.Error:
         return None
     return {"kv_free_slots": lynx["kv_free_slots"], "req_rows_free": lynx["req_rows_free"],
             "transfer_rooms": lynx.get("transfer_rooms", 0), "rss_mib": round(rss / 2**20, 1), "threads": threads,
-            "fds": fds}  # fmt: skip
+            "fds": fds, "fd_kinds": dict(kinds)}  # fmt: skip
+
+
+def fd_kinds(process: psutil.Process) -> Counter[str]:
+    """The process's open descriptors by kind: ``tcp`` and ``unix`` sockets (``socket`` for any other
+    family), ``eventfd``, ``eventpoll``, ``pipe``, ``file`` (and any other anonymous inode by its name)."""
+    tcp = {c.fd for c in process.net_connections("tcp")}
+    unix = {c.fd for c in process.net_connections("unix")}
+    kinds: Counter[str] = Counter()
+    folder = f"/proc/{process.pid}/fd"
+    for name in os.listdir(folder):
+        try:
+            target = os.readlink(f"{folder}/{name}")
+        except OSError:
+            continue  # closed meanwhile
+        fd = int(name)
+        if target.startswith("socket:"):
+            kinds["tcp" if fd in tcp else "unix" if fd in unix else "socket"] += 1
+        elif target.startswith("anon_inode:"):
+            kinds[target.removeprefix("anon_inode:").strip("[]")] += 1
+        else:
+            kinds["pipe" if target.startswith("pipe:") else "file"] += 1
+    return kinds
 
 
 def levels(pd: PDDeployment) -> dict[str, dict | None]:
@@ -87,9 +114,10 @@ def _flush(server: SGLangServer) -> None:
 
 
 def compare(now: dict[str, dict | None], baseline: dict[str, dict]) -> dict:
-    """What `now` holds beyond `baseline`: slots, rows and rooms still held, memory ratio, thread and fd growth."""
+    """What `now` holds beyond `baseline`: slots, rows and rooms still held, memory ratio, thread and fd
+    growth (and ``fd_growth``: per server, each kind of descriptor whose count changed)."""
     out = {"slots_held": 0, "rows_held": 0, "rooms_held": 0, "memory_ratio": 0.0, "threads_delta": 0, "fds_delta": 0,
-           "unanswering": []}  # fmt: skip
+           "fd_growth": {}, "unanswering": []}  # fmt: skip
     for name, level in now.items():
         base = baseline[name]
         if level is None:
@@ -101,4 +129,8 @@ def compare(now: dict[str, dict | None], baseline: dict[str, dict]) -> dict:
         out["memory_ratio"] = max(out["memory_ratio"], round(level["rss_mib"] / base["rss_mib"], 3))
         out["threads_delta"] += level["threads"] - base["threads"]
         out["fds_delta"] += level["fds"] - base["fds"]
+        was, kinds = base.get("fd_kinds", {}), level.get("fd_kinds", {})
+        changed = {kind: kinds.get(kind, 0) - was.get(kind, 0) for kind in sorted({*was, *kinds})}
+        if any(changed.values()):
+            out["fd_growth"][name] = {kind: delta for kind, delta in changed.items() if delta}
     return out

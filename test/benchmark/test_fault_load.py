@@ -4,10 +4,14 @@ the idle levels' comparison, the verdict and the table."""
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 
 BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
@@ -92,20 +96,34 @@ def test_a_text_prompt_is_tokenized_as_the_server_did_before_it_is_judged():
     assert result["wrong"] == 0 and result["judged"]["tokens_judged"] == 3, result
 
 
-def _level(free=100, rows=10, rooms=0, rss=1000.0, threads=50, fds=40):
+def _level(free=100, rows=10, rooms=0, rss=1000.0, threads=50, fds=40, tcp=4):
     return {"kv_free_slots": free, "req_rows_free": rows, "transfer_rooms": rooms, "rss_mib": rss, "threads": threads,
-            "fds": fds}  # fmt: skip
+            "fds": fds, "fd_kinds": {"tcp": tcp, "eventfd": fds - tcp}}  # fmt: skip
 
 
 def test_levels_count_what_is_held_beyond_the_baseline():
     baseline = {"prefill": _level(), "decode": _level()}
-    now = {"prefill": _level(rss=1030.0, fds=42), "decode": _level(free=90, rows=9, rooms=1, threads=49)}
+    now = {"prefill": _level(rss=1030.0, fds=42, tcp=6), "decode": _level(free=90, rows=9, rooms=1, threads=49)}
     assert not levels.idle(now, baseline)
     held = levels.compare(now, baseline)
     assert (held["slots_held"], held["rows_held"], held["rooms_held"]) == (10, 1, 1)
     assert (held["memory_ratio"], held["threads_delta"], held["fds_delta"]) == (1.03, -1, 2)
+    assert held["fd_growth"] == {"prefill": {"tcp": 2}}, "what grew, by kind"
     assert levels.idle({"prefill": _level(), "decode": _level(free=120)}, baseline)
     assert levels.compare({"prefill": None, "decode": _level()}, baseline)["unanswering"] == ["prefill"]
+
+
+def test_a_process_descriptors_are_told_apart_by_kind():
+    before = levels.fd_kinds(psutil.Process())
+    listener = socket.create_server(("127.0.0.1", 0))
+    read, write = os.pipe()
+    try:
+        after = levels.fd_kinds(psutil.Process())
+    finally:
+        listener.close()
+        os.close(read)
+        os.close(write)
+    assert after - before == Counter({"tcp": 1, "pipe": 2}), (before, after)
 
 
 def _fault(fault="stall", **changes):
