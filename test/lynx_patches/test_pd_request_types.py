@@ -30,8 +30,9 @@ pytestmark = pytest.mark.server
 # logprobs are of the logits divided by its temperature, so its differences are compared times the
 # temperature (on the logits' scale). Measured on this 2-core CPU
 # (`test_logprobs_..._drift_less_than_the_tolerance`, 471-501 logprobs of the tokens lynx and int8
-# share per run): the largest difference 0.013, 0.0185 and 0.0214 in three runs (the last a
-# token-id logprob of -22.3), the mean 0.0015. The tolerance is twice the largest measured.
+# share per run): the largest difference 0.013, 0.0185, 0.0214 and 0.0262 in four runs (the last two
+# token-id logprobs, of -22.3 and -8.27, after a rollback), the mean 0.0015-0.0019. The tolerance
+# is 1.5 times the largest measured.
 LOGPROB_TOLERANCE = 0.04
 SAMPLED = {"sampled-seed-logprobs"}
 # max_new_tokens 0: no token to draft (the prefill answers the prompt logprobs alone).
