@@ -179,7 +179,11 @@ def run_fault(fault: str, pd: PDDeployment, profile: Profile, ctx: dict, dataset
     if baseline is None:  # the first, fault-free load: its idle levels are the baseline
         baseline = ctx["baseline"] = now
     result.update(levels.compare(now, baseline), idle_after_s=round(waited, 1),
-                  rss_mib=round(sum(level["rss_mib"] for level in now.values() if level), 1))  # fmt: skip
+                  rss_mib=round(sum(level["rss_mib"] for level in now.values() if level), 1),
+                  available_mib=levels.available_mib())  # fmt: skip
+    if result["available_mib"] < levels.LOW_MEMORY_MIB:
+        ctx["say"](f"  warning: {result['available_mib']} MiB of memory available: resident memory reads low "
+                   "(the kernel evicts mapped pages); run nothing else beside the benchmark")  # fmt: skip
     result["serving_again_s"] = probe(pd, ctx["judge"], profile, ctx["vocab"])
     result["serves_after"] = result["serving_again_s"] is not None
     result["passed"] = passed(result)

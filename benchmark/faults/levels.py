@@ -18,6 +18,9 @@ from lynx_deploy.deployment import PDDeployment
 from lynx_deploy.server import SGLangServer
 
 MEMORY_SLACK = 1.05  # idle memory after a fault may exceed the baseline by 5%
+# Below this much available memory the kernel evicts the servers' mapped pages and their resident
+# memory reads low (a baseline read so compares every later level against too little).
+LOW_MEMORY_MIB = 2048
 
 
 def servers(pd: PDDeployment) -> dict[str, SGLangServer]:
@@ -73,6 +76,11 @@ def fd_kinds(process: psutil.Process) -> Counter[str]:
         else:
             kinds["pipe" if target.startswith("pipe:") else "file"] += 1
     return kinds
+
+
+def available_mib() -> int:
+    """The machine's available memory (MiB)."""
+    return psutil.virtual_memory().available // 2**20
 
 
 def levels(pd: PDDeployment) -> dict[str, dict | None]:

@@ -25,6 +25,7 @@ from sglang.srt.disaggregation.common.conn import (
     ABORT_TAG,
     AbortNotification,
     CommonKVManager,
+    CommonKVReceiver,
 )
 from sglang.srt.disaggregation.utils import DisaggregationMode
 
@@ -281,10 +282,15 @@ class _DecodeHost:
         self._mgr.update_status(room, KVPoll.Transferring)
 
     def cancel(self, room: int, endpoints: tuple[str, ...]) -> None:
+        """SGLang's abort notification to each prefill rank, on the socket its receivers send their own
+        on (`CommonKVReceiver._connect`, one per rank, open since the room's metadata), not on a
+        second one to the same rank."""
         mgr = self._mgr
         parts = AbortNotification(room=room, decode_ip=mgr.local_ip, decode_port=mgr.rank_port).to_zmq()
         for endpoint in endpoints:
             try:
-                mgr._send_multipart_locked(endpoint, parts)
+                sock, lock = CommonKVReceiver._connect(endpoint, is_ipv6=endpoint.startswith("tcp://["))
+                with lock:
+                    sock.send_multipart(parts)
             except Exception as exc:  # the prefill may be gone; nothing else to do
                 logger.debug("Lynx decode: could not cancel room %s at %s: %s", room, endpoint, exc)
