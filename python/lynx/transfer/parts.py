@@ -44,7 +44,8 @@ class Hold(enum.Enum):
 
 
 HOLD_MOVES: Mapping[Hold, frozenset[Hold]] = MappingProxyType({
-    Hold.CLAIMED: frozenset({Hold.RESERVED, Hold.RELEASED}),
+    # A receiver that ends before reserving leaves what a consumer kept of an earlier one (CONSUMED).
+    Hold.CLAIMED: frozenset({Hold.RESERVED, Hold.CONSUMED, Hold.RELEASED}),
     Hold.RESERVED: frozenset({Hold.CONSUMED, Hold.RELEASED}),
     Hold.CONSUMED: frozenset({Hold.CLAIMED, Hold.RELEASED}),  # a new receiver, once every part ended
     Hold.RELEASED: frozenset(),

@@ -120,6 +120,15 @@ def test_a_consumed_request_whose_parts_all_failed_may_be_claimed_again(rooms):
     assert rooms.state(7) is RoomState.RESERVED
 
 
+def test_a_receiver_that_ends_before_reserving_leaves_the_consumer_its_earlier_parts(rooms):
+    rooms.hand_over(7)
+    rooms.release(7)
+    rooms.fail(7, "lost")
+    assert rooms.claim(7)
+    assert rooms.release(7) == [] and rooms.hold(7) is Hold.CONSUMED and rooms.parts(7) == (7, 70)
+    assert len(rooms.close(7)) == 2 and rooms.hold(7) is Hold.RELEASED
+
+
 def test_only_a_claimed_request_reserves():
     parted = PartedRooms(RoomTable(5.0))
     with pytest.raises(RefusedTransition, match="RELEASED to RESERVED"):
@@ -133,7 +142,8 @@ def test_only_a_claimed_request_reserves():
 
 def test_the_hold_table_holds_exactly_the_allowed_moves():
     assert {(a, b) for a, to in HOLD_MOVES.items() for b in to} == {
-        (Hold.CLAIMED, Hold.RESERVED), (Hold.CLAIMED, Hold.RELEASED), (Hold.RESERVED, Hold.CONSUMED),
+        (Hold.CLAIMED, Hold.RESERVED), (Hold.CLAIMED, Hold.CONSUMED), (Hold.CLAIMED, Hold.RELEASED),
+        (Hold.RESERVED, Hold.CONSUMED),
         (Hold.RESERVED, Hold.RELEASED), (Hold.CONSUMED, Hold.CLAIMED), (Hold.CONSUMED, Hold.RELEASED),
     }  # fmt: skip
     assert set(HOLD_MOVES) == set(Hold)
