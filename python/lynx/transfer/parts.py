@@ -33,6 +33,8 @@ _ORDER = [
     RoomState.COMPLETE, RoomState.CLOSING, RoomState.CLOSED,
 ]  # fmt: skip
 
+_ENDED = (None, RoomState.FAILED, RoomState.CLOSED)  # a part's states that let a new receiver claim its id
+
 
 class Hold(enum.Enum):
     """Who holds a request's id on this rank."""
@@ -84,7 +86,7 @@ class PartedRooms:
         holds it or a room of it is live (a duplicate)."""
         with self._lock:
             record = self._requests.get(request)
-            if (record is not None and record.hold is not Hold.CONSUMED) or self._live(request, record):
+            if (record is not None and record.hold is not Hold.CONSUMED) or self._in_use(request, record):
                 return False
             if record is None:
                 self._requests[request] = _Request(request, Hold.CLAIMED)
@@ -92,9 +94,10 @@ class PartedRooms:
                 self._hold(record, Hold.CLAIMED)
             return True
 
-    def _live(self, request: int, record: _Request | None) -> bool:
+    def _in_use(self, request: int, record: _Request | None) -> bool:
+        """A part of the request is live or still being released (CLOSING: a writer may be inside)."""
         parts = record.parts if record is not None and record.parts else (request,)
-        return any(state is not None and state.live for state in map(self.table.state, parts))
+        return any(state not in _ENDED for state in map(self.table.state, parts))
 
     def reserve(self, request: int, rooms: Sequence[Room]) -> None:
         """Reserve the parts of the claimed `request` (their ids distinct), numbered in order

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -102,6 +105,22 @@ def test_the_consumers_close_leaves_the_id_held_while_the_receiver_lives(rooms):
     assert len(rooms.close(7)) == 2 and rooms.hold(7) is Hold.RESERVED and not rooms.claim(7)
     rooms.release(7)
     assert rooms.hold(7) is Hold.RELEASED and rooms.claim(7)
+
+
+def test_a_room_still_being_released_refuses_a_new_claim_until_it_is_closed(rooms):
+    rooms.hand_over(7)
+    rooms.release(7)
+    table = rooms.table
+    table.close(70)
+    table.start_receiving(7, object(), object())
+    with table.writing(7):  # a writer inside: the consumer's close waits in CLOSING
+        closer = threading.Thread(target=rooms.close, args=(7,))
+        closer.start()
+        while table.state(7) is not RoomState.CLOSING:
+            time.sleep(0.001)
+        assert not rooms.claim(7), "a writer may still be inside the slots"
+    closer.join()
+    assert rooms.claim(7)
 
 
 def test_a_claimed_request_with_no_room_yet_is_held_and_a_second_claim_refused():
