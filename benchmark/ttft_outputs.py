@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lynx_testing.judge import Answer, Tally, judge_pair, judge_sampled, request_continuation, top_two
-from lynx_deploy.processes import HOST, post_json
+from lynx_deploy.processes import post_json
 from lynx_deploy.server import SGLangServer
 from lynx_deploy.streaming import stream_generate
 from ttft_verdicts import judged_pairs
@@ -43,7 +43,7 @@ def stream_direct_recorded(pd, body: dict, room: int, nth: Sequence[int] = (1,),
     """`stream_recorded` of the decode server's stream, the request sent to both servers with
     bootstrap room `room` (bypassing the router), plus ``prefill_s``: the prefill server's own time
     for the request (bootstrap, prefill, KV snapshot), as `PDDeployment.stream_direct` reports it."""
-    fields = {"bootstrap_host": HOST, "bootstrap_port": pd.bootstrap_port, "bootstrap_room": room}
+    fields = pd.bootstrap_fields(room)
     prefill: dict = {}
 
     def call() -> None:

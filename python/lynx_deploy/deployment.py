@@ -186,6 +186,12 @@ class PDDeployment:
                 time.sleep(1.0)
         raise ServerStartError(f"router not ready in time\n{log_tail(self.log_dir / 'router.log')}")
 
+    def bootstrap_fields(self, room: int | None = None) -> dict:
+        """What the router adds to a request for this pair: the prefill's bootstrap address and
+        bootstrap room `room` (a `new_room` if None)."""
+        room = new_room() if room is None else room
+        return {"bootstrap_host": HOST, "bootstrap_port": self.bootstrap_port, "bootstrap_room": room}
+
     def generate_direct(
         self,
         body: dict,
@@ -201,8 +207,7 @@ class PDDeployment:
         Returns ``(prefill_answer, decode_answer)``; an answer is the decoded
         JSON, or the error text when the server answered with an HTTP error.
         """
-        room = new_room() if room is None else room
-        fields = {"bootstrap_host": HOST, "bootstrap_port": self.bootstrap_port, "bootstrap_room": room}
+        fields = self.bootstrap_fields(room)
         answers: dict[str, dict | str] = {}
 
         def call(name: str, server: SGLangServer) -> None:
@@ -224,11 +229,11 @@ class PDDeployment:
 
     def stream_direct(self, body: dict, room: int | None = None, nth=(1,), timeout: float = 600.0) -> dict:
         """A streaming `/generate` sent to both servers with bootstrap room `room` (a `new_room` if
-        None), bypassing the router: `stream_generate`'s timings of the decode server's stream, plus ``prefill_s``, when
-        the prefill server answered (its own measure of the request: bootstrap, prefill, KV snapshot)."""
+        None), bypassing the router: `stream_generate`'s timings of the decode server's stream, plus
+        ``prefill_s``, when the prefill server answered (its own measure of the request: bootstrap,
+        prefill, KV snapshot)."""
 
-        room = new_room() if room is None else room
-        fields = {"bootstrap_host": HOST, "bootstrap_port": self.bootstrap_port, "bootstrap_room": room}
+        fields = self.bootstrap_fields(room)
         prefill: dict = {}
 
         def call() -> None:

@@ -471,7 +471,7 @@ def test_lynx_request_whose_residual_never_arrives_fails_without_unverified_toke
     error, and the decode server must free every slot and keep serving."""
     pd = _serving_prefill(kill_pd, model_path, server_logs)
     free = lynx_state(pd.decode)["kv_free_slots"]
-    fields = {"bootstrap_host": "127.0.0.1", "bootstrap_port": pd.bootstrap_port, "bootstrap_room": new_room()}
+    fields = pd.bootstrap_fields()
     body = {**_body(tokenizer, 1024, max_new_tokens=64), **fields}
     prefill = threading.Thread(target=_post_quietly, args=(f"{pd.prefill.url}/generate", body))
     prefill.start()

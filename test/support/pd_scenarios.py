@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lynx_deploy.deployment import SERVED_MODEL, PDDeployment
-from lynx_deploy.processes import HOST, post_json
+from lynx_deploy.processes import post_json
 from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing.netns import INSIDE_ENV, run_isolated
 from lynx_deploy.streaming import sse_events
@@ -336,7 +336,7 @@ def _radix_sequence(url: str, body: dict) -> list[dict]:
 def chat_direct(pd: PDDeployment, body: dict, room: int) -> dict:
     """An OpenAI chat completion sent to both servers with bootstrap room `room` (the decode server's
     answer): the same room in every deployment gives the samples of an ``n > 1`` request the same seeds."""
-    fields = {"bootstrap_host": HOST, "bootstrap_port": pd.bootstrap_port, "bootstrap_room": room}
+    fields = pd.bootstrap_fields(room)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         answers = [pool.submit(post_json, f"{server.url}/v1/chat/completions", {**body, **fields})
                    for server in (pd.prefill, pd.decode)]  # fmt: skip

@@ -86,7 +86,7 @@ class PartedRooms:
         holds it or a room of it is live (a duplicate)."""
         with self._lock:
             record = self._requests.get(request)
-            if (record is not None and record.hold is not Hold.CONSUMED) or self._in_use(request, record):
+            if (record is not None and record.hold is not Hold.CONSUMED) or self._in_use(request):
                 return False
             if record is None:
                 self._requests[request] = _Request(request, Hold.CLAIMED)
@@ -94,10 +94,14 @@ class PartedRooms:
                 self._hold(record, Hold.CLAIMED)
             return True
 
-    def _in_use(self, request: int, record: _Request | None) -> bool:
+    def _in_use(self, request: int) -> bool:
         """A part of the request is live or still being released (CLOSING: a writer may be inside)."""
-        parts = record.parts if record is not None and record.parts else (request,)
-        return any(state not in _ENDED for state in map(self.table.state, parts))
+        return any(state not in _ENDED for state in map(self.table.state, self._parts_of(request)))
+
+    def _parts_of(self, request: int) -> tuple[int, ...]:
+        """`parts`, under `_lock`."""
+        record = self._requests.get(request)
+        return record.parts if record is not None and record.parts else (request,)
 
     def reserve(self, request: int, rooms: Sequence[Room]) -> None:
         """Reserve the parts of the claimed `request` (their ids distinct), numbered in order
@@ -137,8 +141,7 @@ class PartedRooms:
     def parts(self, request: int) -> tuple[int, ...]:
         """The rooms of `request` (the request's own id alone if it was not reserved in parts)."""
         with self._lock:
-            record = self._requests.get(request)
-            return record.parts if record is not None and record.parts else (request,)
+            return self._parts_of(request)
 
     def entries(self, request: int) -> list[Room | None]:
         return [self.table.get(wire) for wire in self.parts(request)]
