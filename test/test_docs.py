@@ -55,3 +55,12 @@ def test_every_generated_block_of_the_docs_matches_its_committed_json():
 
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "doc_tables.py"), "--check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_product_file_over_300_lines_is_named_in_architecture_with_why():
+    paragraph = next(p for p in ARCHITECTURE.split("\n\n") if "over 300 lines" in p)
+    for folder in ("python/lynx", "python/lynx_deploy", "lynx_patches", "kernels/lynx_kernels"):
+        for path in (ROOT / folder).rglob("*.py"):
+            lines = len(path.read_text().splitlines())
+            shown = path.relative_to(ROOT / ("python" if folder.startswith("python") else folder)).as_posix()
+            assert lines <= 300 or f"`{shown}`" in paragraph, f"{folder}/{path.name}: {lines} lines, not in ARCHITECTURE"

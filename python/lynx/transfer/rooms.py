@@ -1,21 +1,19 @@
 """The receiving side's room table: every `Room` of one rank, every transition under its one lock.
 
-Each room's lifecycle (its states, the transition table and `advance`, the one
-function that applies it) is in `lynx.transfer.room_lifecycle`; this table
-decides when a room moves and makes every move, under one lock, with one
-clock for every deadline: a no-progress deadline per room (armed with the
-manifest, pushed back by the room's own progress) and a cap per transfer.
-It also holds the two fences around writes into a room's slots: `writing`
-(an anchor write: the room is ``WRITING`` meanwhile) and `upgrading` (a
-residual rewriting anchor-only slots, which leaves the state alone). Each
-counts the threads inside (`Room.inside`); a release (``CLOSING``) waits
-until none is, so slots are never freed under a writer.
+A room's lifecycle (its states, transition table and `advance`) is in
+`lynx.transfer.room_lifecycle`; this table decides when a room moves and makes
+every move, under one lock, with one clock for every deadline: a no-progress
+deadline per room (armed with the manifest, pushed back by the room's own
+progress) and a cap per transfer. Its two fences, `writing` (an anchor write)
+and `upgrading` (a residual rewriting anchor-only slots), count the threads
+inside a room's slots (`Room.inside`); a release waits until none is.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -49,9 +47,8 @@ class RoomTable:
             return self._rooms.get(room)
 
     def state(self, room: int) -> RoomState | None:
-        with self._cond:
-            entry = self._rooms.get(room)
-            return None if entry is None else entry.state
+        entry = self.get(room)
+        return None if entry is None else entry.state
 
     def live(self) -> list[int]:
         """Rooms not yet ended."""
@@ -61,10 +58,7 @@ class RoomTable:
     def count_by_state(self) -> dict[str, int]:
         """How many rooms are in each state (states with none left out)."""
         with self._cond:
-            counts: dict[str, int] = {}
-            for entry in self._rooms.values():
-                counts[entry.state.value] = counts.get(entry.state.value, 0) + 1
-            return counts
+            return dict(Counter(entry.state.value for entry in self._rooms.values()))
 
     def rooms_of(self, peer: str) -> list[int]:
         with self._cond:
@@ -85,20 +79,16 @@ class RoomTable:
             entry = self._rooms.get(room)
             return entry is not None and entry.state.anchor_in
 
-    def if_anchored(self, room: int, report: Callable[[int], None]) -> bool:
-        """Call ``report(room)`` if the room is ANCHORED (or further), under the table's lock.
-
-        A `close` therefore either comes first (nothing is reported) or waits
-        until the report is made: once the consumer has released the room, no
-        report of its anchor can follow (and promote a later request that reuses
-        the room id). `report` must not call back into this table.
-        """
-        return self.if_all_anchored((room,), lambda: report(room))
-
     def if_all_anchored(self, rooms: Sequence[int], report: Callable[[], None]) -> bool:
         """Call ``report()`` if every one of `rooms` (the parts of one request, `lynx.transfer.parts`)
-        is ANCHORED (or further), under the table's lock, as `if_anchored` does for one room: a
-        `close` of any part either comes first (nothing is reported) or waits for the report."""
+        is ANCHORED (or further), under the table's lock.
+
+        A `close` of any of them therefore either comes first (nothing is
+        reported) or waits until the report is made: once the consumer has
+        released a room, no report of its anchor can follow (and promote a
+        later request that reuses the room id). `report` must not call back
+        into this table.
+        """
         with self._cond:
             entries = [self._rooms.get(room) for room in rooms]
             if not all(entry is not None and entry.state.anchor_in for entry in entries):

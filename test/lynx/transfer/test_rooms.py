@@ -342,9 +342,13 @@ def test_the_anchor_is_reported_only_while_the_room_is_anchored_and_a_close_wait
     rooms, _ = table()
     reported = []
     reserve(rooms, room=8)
-    assert not rooms.if_anchored(8, reported.append)  # still reserved
+    assert not rooms.if_all_anchored((8,), lambda: reported.append(8))  # still reserved
     anchored(rooms)
-    assert_close_waits_for_the_report(rooms.if_anchored, 7, lambda: rooms.close(7))
+
+    def if_anchored(room, report):
+        return rooms.if_all_anchored((room,), lambda: report(room))
+
+    assert_close_waits_for_the_report(if_anchored, 7, lambda: rooms.close(7))
     assert rooms.get(7) is None
 
 
