@@ -30,27 +30,45 @@ def passed_deployment(d: dict, profile) -> bool:
     return "error" not in d and ran == list(profile.ordered_faults) and all(f["passed"] for f in d["faults"]) and soaked
 
 
+# The table's columns: header, cell. Those marked quiet are left out when every row is 0 (said once instead).
+COLUMNS = (
+    ("deployment", None, False),
+    ("fault", lambda f: _fault(f), False),
+    ("answered (drafted)", lambda f: f"{f['answered']} of {f['requests']} ({f['drafted']})", False),
+    ("failed", lambda f: f["failed"], False),
+    ("wrong", lambda f: f["wrong"], True),
+    ("hung", lambda f: f["hung"], True),
+    ("unclear errors", lambda f: f["unclear_errors"], True),
+    ("slots / rows / rooms held", lambda f: f"{f['slots_held']} / {f['rows_held']} / {f['rooms_held']}", True),
+    ("memory", lambda f: f"x{f['memory_ratio']:.3f}", False),
+    ("threads, fds", lambda f: f"{f['threads_delta']:+d}, {f['fds_delta']:+d}", False),
+    ("serving again after", lambda f: _again(f), False),
+)
+QUIET_SENTENCE = "0 wrong, 0 hung, 0 unclear errors and 0 slots, request rows or Lynx rooms held in every row"
+
+
 def markdown(result: dict) -> str:
     p = result["profile"]
+    faults = [f for d in result["deployments"] for f in d["faults"]]
+    quiet = all(cell(f) in (0, "0 / 0 / 0") for _, cell, q in COLUMNS if q for f in faults)
+    columns = [(h, cell) for h, cell, q in COLUMNS if not (q and quiet)]
+    verdicts = not all(f["passed"] for f in faults)  # a column only where some fault failed
+    said = ([QUIET_SENTENCE] if quiet and faults else []) + (["every fault passed"] if faults and not verdicts else [])
     lines = [
         f"{result['date']}, commit {result['commit']}, {result['wall_s'] / 60:.0f} min: "
         f"{'per load (the baseline, then each soak round)' if p.get('soak_minutes') else 'per fault'} "
         f"{p['requests']} bench_serving requests ({p['input_tokens']} + {p['output_tokens']} tokens, Poisson "
-        f"{p['rate']:g}/s) on a {p['link_gbps']:g} Gbit/s link, timeout {p['transfer_timeout_s']:g} s.",
+        f"{p['rate']:g}/s) on a {p['link_gbps']:g} Gbit/s link, timeout {p['transfer_timeout_s']:g} s"
+        + "".join(f"; {s}" for s in said) + ".",
         "",
-        "| deployment | fault | answered (drafted) | failed | wrong | hung | unclear errors | slots / rows / rooms held "
-        "| memory | threads, fds | serving again after | verdict |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| " + " | ".join(h for h, _ in columns) + (" | verdict |" if verdicts else " |"),
+        "|" + " --- |" * (len(columns) + verdicts),
     ]
     for d in result["deployments"]:
         name = f"{d['transport']}, {d['prefills']} prefill" + ("s" if d["prefills"] > 1 else "")
         for f in d["faults"]:
-            lines.append(
-                f"| {name} | {_fault(f)} | {f['answered']} of {f['requests']} ({f['drafted']}) | {f['failed']} "
-                f"| {f['wrong']} | {f['hung']} | {f['unclear_errors']} | {f['slots_held']} / {f['rows_held']} / "
-                f"{f['rooms_held']} | x{f['memory_ratio']:.3f} | {f['threads_delta']:+d}, {f['fds_delta']:+d} "
-                f"| {_again(f)} | {'pass' if f['passed'] else 'FAIL'} |"
-            )
+            cells = [name] + [str(cell(f)) for _, cell in columns[1:]] + (["pass" if f["passed"] else "FAIL"] if verdicts else [])
+            lines.append("| " + " | ".join(cells) + " |")
     for d in result["deployments"]:
         if "soak" in d:
             lines += ["", _soak_line(d)]

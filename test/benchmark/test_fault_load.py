@@ -22,7 +22,7 @@ from faults.inject import ABORT_STATES  # noqa: E402
 from faults.mixed import KINDS  # noqa: E402
 from faults.outcome import Judge, answered, outcome, reason  # noqa: E402
 from faults.plan import FAULTS, PROFILES, Profile  # noqa: E402
-from faults.report import markdown, passed, passed_deployment, single_markdown  # noqa: E402
+from faults.report import QUIET_SENTENCE, markdown, passed, passed_deployment, single_markdown  # noqa: E402
 from faults.soak import slope_per_hour  # noqa: E402
 from faults.soak import summary as soak_summary  # noqa: E402
 
@@ -150,6 +150,18 @@ def test_the_table_has_a_row_per_fault_with_its_verdict():
     table = markdown(result)
     assert "| zmq, 3 prefills | none | 8 of 10 (8) | 0 |" in table and table.count("| pass |") == 1
     assert "| zmq, 3 prefills | stall |" in table and table.rstrip().endswith("| 0.4 s | FAIL |")
+
+
+def test_columns_that_are_zero_in_every_row_and_an_all_pass_verdict_are_said_once_above_the_table():
+    faults = [dict(_fault("none", failed=0), passed=True), dict(_fault(), passed=True)]
+    result = {"profile": Profile().__dict__, "date": "2026-12-06", "commit": "abc1234", "wall_s": 600,
+              "deployments": [{"transport": "zmq", "prefills": 1, "faults": faults}]}  # fmt: skip
+    caption, _, header, _, *rows = markdown(result).splitlines()
+    assert caption.endswith(f"; {QUIET_SENTENCE}; every fault passed.")
+    assert "wrong" not in header and "held" not in header and "verdict" not in header
+    assert rows[1] == "| zmq, 1 prefill | stall | 8 of 10 (8) | 2 | x1.010 | +0, +1 | 0.4 s |"
+    faults[1]["slots_held"] = 1
+    assert "| slots / rows / rooms held |" in markdown(result) and QUIET_SENTENCE not in markdown(result)
 
 
 def _run(profile: str, out: Path, timeout_s: float) -> tuple[subprocess.CompletedProcess, dict]:
