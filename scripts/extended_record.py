@@ -3,8 +3,11 @@
     .venv/bin/python -m pytest --extended -m extended --junitxml=extended.xml
     python scripts/extended_record.py --commit $(git rev-parse --short HEAD) --junit extended.xml
 
-A run made in parts gives one ``--junit`` per part; tests of a part that left
-no XML (stopped by hand) but whose passes pytest printed can be named with
+A run made in parts gives one ``--junit`` per part, ``FILE@COMMIT`` where a
+part ran other code than ``--commit`` (a rerun after a fix); a test run in
+more than one part counts by its last part's outcome, and the record lists
+it under ``rerun`` with every outcome it had. Tests of a part that left no
+XML (stopped by hand) but whose passes pytest printed can be named with
 ``--passed-without-record FILE`` (one test id per line): they are recorded as
 passed with no duration.
 """
@@ -34,7 +37,7 @@ def cases(junit: Path) -> tuple[str, list[dict]]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commit", required=True, help="the commit whose code ran")
-    parser.add_argument("--junit", type=Path, action="append", default=[], help="a part's --junitxml file")
+    parser.add_argument("--junit", action="append", default=[], help="a part's --junitxml file, FILE or FILE@COMMIT")
     parser.add_argument("--passed-without-record", type=Path, help="ids of tests seen passing in a part without XML")
     parser.add_argument("--not-run", action="append", default=[], help="an extended test left out of the run, why")
     parser.add_argument("--out", type=Path, default=OUT)
@@ -42,14 +45,21 @@ def main(argv=None) -> int:
     parts = []
     if args.passed_without_record:
         ids = [line.strip() for line in args.passed_without_record.read_text().splitlines() if line.strip()]
-        parts.append({"started": None, "tests": [{"test": i, "outcome": "passed", "seconds": None} for i in ids]})
+        parts.append({"started": None, "commit": args.commit, "tests": [{"test": i, "outcome": "passed", "seconds": None} for i in ids]})
     for junit in args.junit:
-        started, rows = cases(junit)
-        parts.append({"started": started, "tests": rows})
-    tests = [row for part in parts for row in part["tests"]]
-    outcomes = {o: sum(row["outcome"] == o for row in tests) for o in ("passed", "failed", "error", "skipped")}
+        path, _, commit = junit.rpartition("@") if "@" in junit else (junit, "", "")
+        started, rows = cases(Path(path))
+        parts.append({"started": started, "commit": commit or args.commit, "tests": rows})
+    last: dict[str, str] = {}
+    seen: dict[str, list[str]] = {}
+    for row in (row for part in parts for row in part["tests"]):
+        last[row["test"]] = row["outcome"]
+        seen.setdefault(row["test"], []).append(row["outcome"])
+    outcomes = {o: sum(v == o for v in last.values()) for o in ("passed", "failed", "error", "skipped")}
     outcomes["failed"] += outcomes.pop("error")
+    tests = [row for part in parts for row in part["tests"]]
     record = {"commit": args.commit, "counts": {**outcomes, "not_run": len(args.not_run)}, "not_run": args.not_run,
+              "rerun": {test: history for test, history in seen.items() if len(history) > 1},
               "recorded_seconds": round(sum(row["seconds"] or 0 for row in tests)), "parts": parts}
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"{args.out}: {record['counts']}")

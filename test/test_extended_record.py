@@ -32,3 +32,18 @@ def test_every_part_is_counted_and_each_test_keeps_its_outcome_and_time(tmp_path
     one = {"test": "test/lynx_patches/test_a.py::test_one[x]", "outcome": "passed", "seconds": 90.5}
     assert second["tests"][0] == one
     assert [t["outcome"] for t in second["tests"]] == ["passed", "failed", "skipped"]
+
+
+def test_a_test_rerun_in_a_later_part_on_other_code_counts_by_its_last_outcome(tmp_path):
+    (tmp_path / "run.xml").write_text(JUNIT)
+    rerun = JUNIT.replace('time="3.0"><failure message="no" /></testcase>', 'time="2.0" />')
+    (tmp_path / "rerun.xml").write_text(rerun.replace("test_one[x]", "test_four"))
+    out = tmp_path / "record.json"
+    argv = ["--commit", "abc1234", "--junit", str(tmp_path / "run.xml"), "--junit", f"{tmp_path / 'rerun.xml'}@def5678",
+            "--out", str(out)]  # fmt: skip
+    subprocess.run([sys.executable, str(SCRIPT), *argv], check=True, capture_output=True)
+    record = json.loads(out.read_text())
+    assert [part["commit"] for part in record["parts"]] == ["abc1234", "def5678"]
+    assert record["counts"] == {"passed": 3, "failed": 0, "skipped": 1, "not_run": 0}
+    assert record["rerun"] == {"test/lynx_patches/test_a.py::test_two": ["failed", "passed"],
+                               "test/lynx_patches/test_b.py::test_three": ["skipped", "skipped"]}  # fmt: skip
