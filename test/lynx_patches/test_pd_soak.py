@@ -8,7 +8,7 @@
   int8 continued from lynx's prefix on a loopback server; seeded samples: the
   seeded near-tie rule): a wrong answer fails. Lynx's CPU and memory per
   request are reported against `int8` mode's (`soak-report.json` in the
-  server logs).
+  server logs, with the date and commit; `docs/results/pd_soak.json` is one).
 * A decode server restarted while the prefill sends to it.
 * A prompt whose prefill takes minutes while short requests keep flowing
   through the router.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import secrets
+import subprocess
 import threading
 import time
 
@@ -134,7 +135,9 @@ def test_a_bounded_soak_through_the_router_errs_only_where_clients_left_and_leak
     overhead = {
         side: round(lynx["cpu_s_per_request"][side] - int8["cpu_s_per_request"][side], 4) for side in ("prefill", "decode")
     }
-    summary = {"runs": reports, "lynx_minus_int8_cpu_s_per_request": overhead}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    summary = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "runs": reports,
+               "lynx_minus_int8_cpu_s_per_request": overhead}  # fmt: skip
     (server_logs / "soak-report.json").write_text(json.dumps(summary, indent=2))
     print("\nsoak:", json.dumps(summary))
     print(f"\nsoak lynx vs int8: {judged.summary()}")
