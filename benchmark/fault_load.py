@@ -62,6 +62,7 @@ from lynx_deploy.processes import post_json
 from lynx_deploy.server import CPU_MODEL_ARGS
 from lynx_testing.judge import answer_of, server_continuation
 from lynx_testing.netns import isolated
+from lynx_testing import provenance
 
 IDLE_WAIT_S = 180.0
 PROBE_WAIT_S = 240.0
@@ -277,7 +278,7 @@ def main(argv=None) -> int:
         print(f"[{time.monotonic() - started:6.0f}s] {text}", flush=True)
 
     vocab = json.loads((model / "config.json").read_text())["vocab_size"]
-    commit = _commit()  # the code this run imported
+    commit = provenance.commit(Path(__file__).parent)  # the code this run imported
     earlier = json.loads(args.add_to.read_text()) if args.add_to else None
     path = args.add_to or args.out / "fault_load.json"
     say("starting the int8 reference server")
@@ -311,12 +312,6 @@ def merged(earlier: dict | None, profile: Profile, deployments: list[dict]) -> d
                         "prefills": sorted({d["prefills"] for d in every})},
             "date": max(d["date"] for d in every), "commit": ", ".join(dict.fromkeys(d["commit"] for d in every)),
             "wall_s": sum(d["wall_s"] for d in every), "deployments": every}  # fmt: skip
-
-
-def _commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=Path(__file__).parent)  # fmt: skip
-    return done.stdout.strip() or "unknown"
 
 
 if __name__ == "__main__":

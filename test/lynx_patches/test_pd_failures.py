@@ -29,7 +29,6 @@ import concurrent.futures
 import json
 import os
 import secrets
-import subprocess
 import time
 import signal
 import threading
@@ -44,6 +43,7 @@ from lynx.transfer.zmq_transport import ZmqTransport
 from lynx_deploy.deployment import PDDeployment, new_room
 from lynx_deploy.processes import post_json
 from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
+from lynx_testing import provenance
 from lynx_testing.judge import Tally
 from lynx_deploy.streaming import sse_events
 from pd_judging import judge_answers, judge_seeded
@@ -90,7 +90,7 @@ def record():
     yield rows
     path = os.environ.get("LYNX_FAULT_RECORD")
     if path:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        commit = provenance.commit(Path(__file__).parent)
         settings = {"link_gbps": SLOW_LINK_GBPS, "timeout_s": TIMEOUT_S, "pool_tokens": POOL_TOKENS}
         result = {"date": time.strftime("%Y-%m-%d"), "commit": commit, **settings, "rows": rows}
         Path(path).write_text(json.dumps(result, indent=1) + "\n")

@@ -21,15 +21,16 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import secrets
-import subprocess
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 from lynx_deploy.deployment import PDDeployment, new_room
 from lynx_deploy.processes import post_json
 from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
+from lynx_testing import provenance
 from lynx_testing.judge import Tally
 from lynx_deploy.streaming import abandon
 from pd_judging import ContinuationServers, annotate, judge_answers, judge_seeded
@@ -135,7 +136,7 @@ def test_a_bounded_soak_through_the_router_errs_only_where_clients_left_and_leak
     overhead = {
         side: round(lynx["cpu_s_per_request"][side] - int8["cpu_s_per_request"][side], 4) for side in ("prefill", "decode")
     }
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = provenance.commit(Path(__file__).parent)
     summary = {"date": time.strftime("%Y-%m-%d"), "commit": commit, "runs": reports,
                "lynx_minus_int8_cpu_s_per_request": overhead}  # fmt: skip
     (server_logs / "soak-report.json").write_text(json.dumps(summary, indent=2))
