@@ -50,14 +50,12 @@ def main(argv=None) -> int:
         path, _, commit = junit.rpartition("@") if "@" in junit else (junit, "", "")
         started, rows = cases(Path(path))
         parts.append({"started": started, "commit": commit or args.commit, "tests": rows})
-    last: dict[str, str] = {}
-    seen: dict[str, list[str]] = {}
-    for row in (row for part in parts for row in part["tests"]):
-        last[row["test"]] = row["outcome"]
-        seen.setdefault(row["test"], []).append(row["outcome"])
-    outcomes = {o: sum(v == o for v in last.values()) for o in ("passed", "failed", "error", "skipped")}
-    outcomes["failed"] += outcomes.pop("error")
     tests = [row for part in parts for row in part["tests"]]
+    seen: dict[str, list[str]] = {}  # each test's outcomes, part by part; the last one counts
+    for row in tests:
+        seen.setdefault(row["test"], []).append(row["outcome"])
+    outcomes = {o: sum(history[-1] == o for history in seen.values()) for o in ("passed", "failed", "error", "skipped")}
+    outcomes["failed"] += outcomes.pop("error")
     record = {"commit": args.commit, "counts": {**outcomes, "not_run": len(args.not_run)}, "not_run": args.not_run,
               "rerun": {test: history for test, history in seen.items() if len(history) > 1},
               "recorded_seconds": round(sum(row["seconds"] or 0 for row in tests)), "parts": parts}
