@@ -16,11 +16,7 @@ def verdicts(rows: list[dict]) -> list[dict]:
     ``paired`` adds the median of the per-request ratios (repeat ``i`` of one mode against repeat
     ``i`` of the other: the same prompt, seconds apart), which a drift of the machine's speed
     across the run moves less than it moves the medians. The verdict (``met``) uses the medians."""
-    served = (rows[0]["segment_tokens"], rows[0].get("transport")) if rows else (None, None)
-    index: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if r["segment_tokens"] is None or (r["segment_tokens"], r.get("transport")) == served:
-            index.setdefault((r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]), []).append(r)
+    index = _served_points(rows)
     out = []
     for (mode, rate, tokens, kind), lynx_rows in index.items():
         if mode != "lynx":
@@ -47,6 +43,17 @@ def verdicts(rows: list[dict]) -> list[dict]:
             entry["t1_vs_floor"] = lynx_rows[0]["t1_s"] / floor["t1_s"]
         out.append(entry)
     return out
+
+
+def _served_points(rows: list[dict]) -> dict[tuple, list[dict]]:
+    """The rows at the first row's segment size and transport (and the floor's), by (mode, link
+    rate, prompt length, request type)."""
+    served = (rows[0]["segment_tokens"], rows[0].get("transport")) if rows else (None, None)
+    index: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["segment_tokens"] is None or (r["segment_tokens"], r.get("transport")) == served:
+            index.setdefault((r["mode"], r["link_gbps"], r["prompt_tokens"], r["request_type"]), []).append(r)
+    return index
 
 
 def _paired(lynx: dict, other: dict | None, keys: list[str], name: str) -> dict[str, float]:
@@ -165,3 +172,80 @@ def overlap(rows: list[dict]) -> list[dict]:
             entry["int8_over_lynx_t1"] = int8["t1_s"] / lynx["t1_s"]
         out.append(entry)
     return out
+
+
+def markdown(document: dict) -> str:
+    """The docs' table of a ``--side-by-side`` sweep's JSON (`scripts/doc_tables.py`): per link rate
+    and request type, each ``lynx`` row against the mode timed beside it (medians; in brackets the
+    median of per-request ratios), what ``lynx`` drafted, its answers judged against ``int8``'s, the
+    verdict; then the totals, and every parting with its gap."""
+    rows = document["rows"]
+    index = _served_points(rows)
+    later = [k for k in nth_keys(rows) if k != "t1_s"]
+    header = ["BF16 xfer / prefill", "type", "`int4` t1", "`lynx` t1", "lynx/int4 t1", "`int8` t1", "`lynx` t1",
+              *[f"lynx/int8 {k[:-2]}" if i == 0 else k[:-2] for i, k in enumerate(later)],
+              "drafted (accepted)", "rollbacks", "`lynx` = `int8`", "verdict"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    entries = {(e["link_gbps"], e["prompt_tokens"], e["request_type"]): e for e in verdicts(rows)}
+    judged, partings = {}, []
+    for (mode, rate, tokens, kind), lynx_rows in index.items():
+        if mode != "lynx":
+            continue
+        entry = entries[(rate, tokens, kind)]
+        lynx4, int4 = _beside(lynx_rows, index.get(("int4", rate, tokens, kind)))
+        lynx8, int8 = _beside(lynx_rows, index.get(("int8", rate, tokens, kind)))
+        ratios = [_ratio(entry, f"{k[:-2]}_vs_int8") for k in later]
+        spans = [r["bf16_transfer_to_prefill"] for r in rows if r["link_gbps"] == rate and r.get("bf16_transfer_to_prefill")]
+        verdict = {True: "met", False: "miss", None: "-"}[entry["met"]]
+        cells = [_span(spans), kind, _seconds(int4), _seconds(lynx4 if int4 else None), _ratio(entry, "t1_vs_int4"),
+                 _seconds(int8), _seconds(lynx8 if int8 else None), *ratios, _drafted(lynx_rows),
+                 str(sum(r.get("rollbacks", 0) for r in lynx_rows)), _judged(lynx8.get("judged")), verdict]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+        if lynx8.get("judged"):
+            judged[(rate, kind)] = lynx8["judged"]
+            partings += [(rate, kind, p) for p in lynx8["judged"]["partings"]]
+    met = [e["met"] for e in entries.values() if e["met"] is not None]
+    totals = {k: sum(j[k] for j in judged.values()) for k in ("answers", "tokens_judged", "wrong", "near_ties")}
+    lines += ["", f"{sum(met)} of {len(met)} cells meet the bar; `lynx`'s answers judged against `int8`'s: "
+              f"{totals['answers']} answers, {totals['tokens_judged']} tokens, {totals['near_ties']} near ties, "
+              f"{totals['wrong']} wrong" + ("." if not partings else ":")]  # fmt: skip
+    for rate, kind, p in partings:
+        gap = "" if p.get("gap") is None else f", gap {p['gap']:.4f} nats"
+        lines.append(f"- {rate:g} Gbit/s, {kind}, repeat {p['request']}: {p['kind'].replace('_', ' ')} at output "
+                     f"token {p['position']}{gap}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(entry: dict, key: str) -> str:
+    if key not in entry:
+        return "-"
+    paired = entry.get("paired", {}).get(key)
+    return f"{entry[key]:.2f}" + (f" ({paired:.2f})" if paired is not None else "")
+
+
+def _seconds(row: dict | None) -> str:
+    return "-" if not row or row.get("t1_s") is None else f"{row['t1_s']:.2f}"
+
+
+def _span(values: list[float]) -> str:
+    if not values:
+        return "-"
+    low, high = f"{min(values):.1f}", f"{max(values):.1f}"
+    return low if low == high else f"{low}-{high}"
+
+
+def _drafted(lynx_rows: list[dict]) -> str:
+    return ", ".join(f"{r.get('speculative_tokens', 0)} ({r.get('accepted_tokens', 0)})" for r in lynx_rows)
+
+
+def _judged(judged: dict | None) -> str:
+    if not judged:
+        return "not judged"
+    text = f"{judged['equal'] + judged['equal_after_near_ties']} of {judged['answers']}"
+    if judged["near_ties"]:
+        text += f", {judged['near_ties']} near ties"
+    if judged["wrong"]:
+        text += f", {judged['wrong']} wrong"
+    if judged["tokens_unchecked"]:
+        text += f", {judged['tokens_unchecked']} tokens unchecked"
+    return text

@@ -31,6 +31,7 @@ RENDERERS = {
     "serving_load": ("load.report", "markdown"),
     "fault_load": ("faults.report", "markdown"),
     "pd_failures": ("faults.report", "single_markdown"),
+    "ttft_sweep": ("ttft_verdicts", "markdown"),
 }
 
 

@@ -224,6 +224,30 @@ def test_runs_whose_state_no_continuation_rebuilds_count_the_tokens_after_a_tie_
     assert (lynx["judged"]["equal_after_near_ties"], lynx["judged"]["tokens_unchecked"]) == (1, 1)
 
 
+def test_the_docs_table_sets_each_lynx_row_against_the_mode_beside_it_and_lists_every_parting():
+    import ttft_verdicts
+
+    lynx_runs = [{"t1_s": 5.0, "t8_s": 9.0}, {"t1_s": 5.2, "t8_s": 9.4}]
+    judged = {"answers": 2, "tokens_judged": 256, "equal": 1, "equal_after_near_ties": 1, "wrong": 0,
+              "near_ties": 1, "tokens_unchecked": 0,
+              "partings": [{"request": 1, "position": 34, "kind": "near_tie", "gap": 0.008}]}  # fmt: skip
+    spec = {"speculative_tokens": 32, "accepted_tokens": 30, "rollbacks": 1}
+    rows = [
+        _row("lynx", "greedy", t1_s=5.1, t8_s=9.2, group=1, runs=lynx_runs, bf16_transfer_to_prefill=3.6, **spec),
+        _row("int4", "greedy", t1_s=5.0, group=1, runs=[{"t1_s": 5.0}, {"t1_s": 5.0}], bf16_transfer_to_prefill=3.5),
+        _row("lynx", "greedy", t1_s=5.2, t8_s=9.0, group=2, runs=lynx_runs, judged=judged,
+             bf16_transfer_to_prefill=4.2, **spec),
+        _row("int8", "greedy", t1_s=9.0, t8_s=10.0, group=2, runs=[{"t1_s": 9.0, "t8_s": 10.0}] * 2,
+             bf16_transfer_to_prefill=4.0),
+    ]  # fmt: skip
+    header, rule, row, blank, total, parting = ttft_verdicts.markdown({"rows": rows}).splitlines()
+    assert header.split(" | ")[7] == "lynx/int8 t8" and rule.count("---") == 12
+    assert row == ("| 3.5-4.2 | greedy | 5.00 | 5.10 | 1.02 (1.02) | 9.00 | 5.20 | 0.90 (0.92) | 32 (30), 32 (30) | 2 "
+                   "| 2 of 2, 1 near ties | met |")  # fmt: skip
+    assert total.startswith("1 of 1 cells meet the bar") and total.endswith("2 answers, 256 tokens, 1 near ties, 0 wrong:")
+    assert parting == "- 0.02 Gbit/s, greedy, repeat 1: near tie at output token 34, gap 0.0080 nats"
+
+
 def test_the_json_keeps_each_runs_tokens_but_not_its_top_logprobs(tmp_path):
     sweep = _sweep()
     run = {"t1_s": 5.0, "prompt_tokens": 1072, "output_ids": [5, 6], "tops": _tops((5, 1, 1.0), (6, 1, 1.0))}
