@@ -32,8 +32,8 @@ class LynxConfig:
         chunk_bytes: largest payload of one frame; bounds how long a residual
             chunk can hold up an anchor on the link.
         transfer_timeout: seconds a decode server waits without progress on a
-            request's KV (counted from the prefill's announcement of the
-            transfer, then from the last byte received) before failing it.
+            request's KV (counted from its manifest's arrival, with the first
+            segment, then from its last accepted frame) before failing it.
         secret_file: file holding the shared secret that authenticates peers
             (else the `LYNX_SECRET` environment variable).
         insecure: allow disaggregated serving without a secret (local tests).
