@@ -53,6 +53,7 @@ import os
 import subprocess
 import statistics
 import sys
+import time
 from pathlib import Path
 
 from lynx.config import MIN_CHUNK_BYTES, LynxConfig
@@ -60,6 +61,7 @@ from lynx.kvwire import KVShape, WireFormat
 from lynx_deploy.models import SMOLLM2, prepare_smollm2
 from lynx_deploy.deployment import PDDeployment, new_room
 from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
+from lynx_testing import provenance
 from lynx_testing.netns import INSIDE_ENV, isolated
 from lynx_testing.prompts import chat_prompt, long_question
 from ttft_outputs import LOGPROBS, judge_with_loopback, stream_direct_recorded, stream_recorded
@@ -206,6 +208,7 @@ def main(argv=None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    args.started = time.time()  # the JSON's wall time counts from here
     if "mooncake" in _names(args.transports) and os.environ.get(INSIDE_ENV) != "1":
         return subprocess.call(isolated([sys.executable, str(Path(__file__).resolve()), *argv]))
     model = prepare_smollm2()
@@ -335,8 +338,11 @@ def write_json(args, rows: list[dict]) -> None:
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     add_ratios(rows)
     kept = [r | {"runs": [{k: v for k, v in run.items() if k != "tops"} for run in r["runs"]]} for r in rows]
-    document = {"args": vars(args), "rows": kept, "verdicts": verdicts(rows), "pipelining": pipelining(rows),
-                "overlap": overlap(rows), "agreement": agreement(rows)}  # fmt: skip
+    wall_s = round(time.time() - args.started) if getattr(args, "started", None) else None
+    document = {"date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(Path(__file__).parent), "wall_s": wall_s,
+                "args": {k: v for k, v in vars(args).items() if k != "started"}, "rows": kept,
+                "verdicts": verdicts(rows), "pipelining": pipelining(rows), "overlap": overlap(rows),
+                "agreement": agreement(rows)}  # fmt: skip
     Path(args.json).write_text(json.dumps(document, indent=2))
 
 

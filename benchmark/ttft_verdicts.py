@@ -186,6 +186,10 @@ def markdown(document: dict) -> str:
               *[f"lynx/int8 {k[:-2]}" if i == 0 else k[:-2] for i, k in enumerate(later)],
               "drafted (accepted)", "rollbacks", "`lynx` = `int8`", "verdict"]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    if document.get("date"):
+        minutes = f", {document['wall_s'] / 60:.0f} min" if document.get("wall_s") else ""
+        lines[:0] = [f"{document['date']}, commit {document['commit']}{minutes}; medians of "
+                     f"{document['args']['repeats']} repeats, seconds:", ""]  # fmt: skip
     entries = {(e["link_gbps"], e["prompt_tokens"], e["request_type"]): e for e in verdicts(rows)}
     judged, partings = {}, []
     for (mode, rate, tokens, kind), lynx_rows in index.items():

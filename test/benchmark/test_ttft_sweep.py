@@ -246,6 +246,8 @@ def test_the_docs_table_sets_each_lynx_row_against_the_mode_beside_it_and_lists_
                    "| 2 of 2, 1 near ties | met |")  # fmt: skip
     assert total.startswith("1 of 1 cells meet the bar") and total.endswith("2 answers, 256 tokens, 1 near ties, 0 wrong:")
     assert parting == "- 0.02 Gbit/s, greedy, repeat 1: near tie at output token 34, gap 0.0080 nats"
+    dated = {"rows": rows, "date": "2026-12-07", "commit": "abc1234", "wall_s": 1800, "args": {"repeats": 2}}
+    assert ttft_verdicts.markdown(dated).startswith("2026-12-07, commit abc1234, 30 min; medians of 2 repeats, seconds:\n\n| ")
 
 
 def test_the_json_keeps_each_runs_tokens_but_not_its_top_logprobs(tmp_path):
