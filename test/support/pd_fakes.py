@@ -82,6 +82,7 @@ class PrefillHost:
     ready: list = field(default_factory=list)
     succeeded: list = field(default_factory=list)
     failures: list = field(default_factory=list)
+    notified: list = field(default_factory=list)  # (room, the decode ranks told of its failure)
 
     def room_ready(self, room, decode_prefix_len):
         self.ready.append((room, decode_prefix_len))
@@ -91,6 +92,7 @@ class PrefillHost:
 
     def fail(self, room, reason, notify=()):
         self.failures.append((room, reason))
+        self.notified.append((room, tuple(notify)))
 
     def failed(self, room):
         return any(r == room for r, _ in self.failures)

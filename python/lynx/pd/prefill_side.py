@@ -14,7 +14,10 @@ the encoder reads those pages waits for it (`busy`), and the streams of an
 aborted request are never sent. Until then, a supervised alive thread tells
 the decode ranks of each announced room that its prefill is still computing;
 the same thread forgets, now and then, the metadata of rooms no request ever
-claimed here.
+claimed here. A room's bytes may still be queued when SGLang's sender ends
+and the room is forgotten: until they have left, the decode ranks to tell if
+sending them fails are kept (`release`), else those ranks would wait for KV
+that never comes.
 """
 
 from __future__ import annotations
@@ -74,6 +77,8 @@ class PrefillSide:
         self.refused: dict[str, str] = {}
         self.segments_sent = {"while_computed": 0, "after_forward": 0}  # scheduler thread
         wire = self.wire
+        # Wire ids of released rooms with bytes still queued -> (room, the decode ranks to tell if they fail).
+        self._unsent: dict[int, tuple[int, tuple[tuple[str, int], ...]]] = {}
         self._rooms = PrefillRooms(lambda total: wire.segments(total, config.segment_tokens), clock)
         self.transport = make_transport(config, secret, address)
         self.sender = PrioritySender(
@@ -82,6 +87,7 @@ class PrefillSide:
             chunk_bytes=config.chunk_bytes,
             pacer=make_pacer(config.link_gbps, burst_bytes=config.chunk_bytes),
             on_error=self._on_send_error,
+            on_sent=self._on_stream_sent,
             submit_timeout_s=0,
             residual_window_s=config.residual_window_s,
         )
@@ -177,10 +183,11 @@ class PrefillSide:
 
     def abort(self, room: int) -> None:
         """Nothing more of the room is encoded or sent."""
-        wires = self._rooms.wires(room)
+        wires = self._rooms.wires(room) | {wire for wire, (of, _) in list(self._unsent.items()) if of == room}
         self._rooms.abort(room)
         for wire in wires:
             self.sender.cancel(wire)
+            self._unsent.pop(wire, None)
 
     def purge(self) -> None:
         """Forget metadata of rooms no request ever claimed (the prefill never saw them)."""
@@ -195,8 +202,16 @@ class PrefillSide:
         return self._rooms.claim(room)
 
     def release(self, room: int) -> None:
-        """The sender ended: forget the room (queued bytes of it stay queued unless aborted)."""
+        """The sender ended: forget the room. Queued bytes of it stay queued unless aborted; until
+        they have left, its decode ranks are kept for `_on_send_error` to tell if they fail."""
+        targets, wires = self._rooms.targets(room), self._rooms.wires(room)
         self._rooms.release(room)
+        if not targets:
+            return
+        for wire in wires:
+            self._unsent[wire] = (room, targets)
+            if not self.sender.queued(wire):  # checked after the entry is in: `_on_stream_sent` may race
+                self._unsent.pop(wire, None)
 
     def wire_bytes(self, room: int) -> int | None:
         """The bytes this rank sends for `room` (every stream of every announced part, and the
@@ -276,7 +291,16 @@ class PrefillSide:
         logger.error("Lynx prefill: %s restarted after: %s", name, error)
 
     def _on_send_error(self, wire: int, message: str) -> None:
-        room = self._rooms.room_of(wire)
+        released = self._unsent.pop(wire, None)
+        if released is not None:
+            room, targets = released
+        else:
+            room = self._rooms.room_of(wire)
+            self._rooms.quiet(room)
+            targets = self._rooms.targets(room)
         logger.error("Lynx prefill: room %s: %s", room, message)
-        self._rooms.quiet(room)
-        self._host.fail(room, message, self._rooms.targets(room))
+        self._host.fail(room, message, targets)
+
+    def _on_stream_sent(self, wire: int, stream: int) -> None:
+        if wire in self._unsent and not self.sender.queued(wire):
+            self._unsent.pop(wire, None)

@@ -80,6 +80,10 @@ class SendQueues:
         """Whether any chunk waits in a queue."""
         return any(self._queues.values())
 
+    def has_room(self, room: int) -> bool:
+        """Whether a chunk of ``room`` waits in a queue."""
+        return any(chunk.submission.room == room for queue in self._queues.values() for chunk in queue)
+
     def add(self, priority: int, submission: Submission, frames: list[tuple[list, int]]) -> None:
         """Queue the ``(parts, payload_bytes)`` frames of ``submission`` at the tail of class ``priority``."""
         queue = self._queues.setdefault(priority, deque())

@@ -222,6 +222,12 @@ class PrioritySender:
                 self._current.submission.dropped = True
             return len(dropped)
 
+    def queued(self, room: int) -> bool:
+        """Whether a chunk of ``room`` is queued or in flight."""
+        with self._cond:
+            current = self._current
+            return (current is not None and current.submission.room == room) or self._queues.has_room(room)
+
     def stats(self) -> SenderStats:
         """Counters since construction."""
         with self._cond:

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 from lynx.manifest import open_manifest, wire_version
 from lynx.transfer.keys import transfer_key
+from lynx.transfer.transport import TransportError
 from pd_fakes import AUX_LENS, SECRET, wait_for
 from pd_fakes import PEER_ENDPOINT as ENDPOINT
 from pd_fakes import PEER_NONCE as NONCE
 from pd_fakes import PEER_SESSION as SESSION
 from pd_fakes import decode_registration as registration
-from pd_fakes import recording_prefill_side
+from pd_fakes import Recorder, recording_prefill_side
 from pd_fakes import room_metadata as metadata
 
 from lynx.pd.control import ControlError
@@ -96,6 +97,55 @@ def test_a_room_is_reported_sent_once_every_stream_is_queued_with_the_bytes_it_s
     assert then.queued_bytes + sum(then.sent_bytes_by_class.values()) == sent
     manifest = sum(len(part) for part in side.transport.sent[0][1])
     assert wire_bytes == sent - manifest  # every stream and the metadata, as SGLang's transfer metric reports them
+
+
+class ResetAfterGate(Recorder):
+    """A link that holds its first message until `gate` is set, then fails it (a reset peer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate = threading.Event()
+
+    def send(self, endpoint, parts):
+        self.gate.wait(30)
+        raise TransportError("the listener ended the session")
+
+
+@pytest.mark.parametrize("mode", ["lynx", "int8"])
+def test_a_failed_send_of_bytes_queued_after_the_room_was_released_still_fails_it_at_its_decode_ranks(mode):
+    """The prefill reports a room sent once its streams are queued, and SGLang's sender then ends:
+    the room is forgotten with its bytes still queued. If the link fails them later, the decode
+    ranks waiting for them must still be told, or they wait without a deadline (no manifest came)."""
+    side = recording_prefill_side(mode=mode)
+    side.transport = side.sender._transport = link = ResetAfterGate()
+    try:
+        side.on_registration(registration(), AUX_LENS)
+        side.on_metadata(metadata())
+        assert side.claim(9)
+        side.start()
+        side.add_chunk(9, np.arange(10, 30), True, 2, 20)
+        assert wait_for(lambda: side.host.succeeded) and side.encoder.drain(30)
+        assert side.sender.queued(9) or any(side.sender.queued(w) for w in side._rooms.wires(9))
+        side.release(9)  # SGLang's sender is done with the room
+        link.gate.set()
+        assert wait_for(lambda: side.host.failures) and side.sender.wait_idle(30)
+    finally:
+        side.close()
+    (room, reason), = side.host.failures
+    assert room == 9 and reason == "the listener ended the session"
+    assert side.host.notified == [(9, (("127.0.0.1", 5000),))], "the decode rank is told"
+    assert side._unsent == {}, "nothing is kept once the bytes are gone"
+
+
+def test_bytes_of_a_released_room_that_all_left_keep_nothing_of_it(side):
+    side.on_registration(registration(), AUX_LENS)
+    side.on_metadata(metadata())
+    side.claim(9)
+    side.start()
+    side.add_chunk(9, np.arange(10, 30), True, 2, 20)
+    assert wait_for(lambda: side.host.succeeded) and side.encoder.drain(30) and side.sender.wait_idle(30)
+    side.release(9)
+    assert side._unsent == {} and side.host.failures == []
 
 
 def test_a_token_count_other_than_the_decode_reservation_fails_the_room(side):
