@@ -14,10 +14,8 @@ the encoder reads those pages waits for it (`busy`), and the streams of an
 aborted request are never sent. Until then, a supervised alive thread tells
 the decode ranks of each announced room that its prefill is still computing;
 the same thread forgets, now and then, the metadata of rooms no request ever
-claimed here. A room's bytes may still be queued when SGLang's sender ends
-and the room is forgotten: until they have left, the decode ranks to tell if
-sending them fails are kept (`release`), else those ranks would wait for KV
-that never comes.
+claimed here. Until a released room's queued bytes have left, the decode
+ranks to tell if they fail to send are kept (`release`).
 """
 
 from __future__ import annotations
@@ -202,15 +200,13 @@ class PrefillSide:
         return self._rooms.claim(room)
 
     def release(self, room: int) -> None:
-        """The sender ended: forget the room. Queued bytes of it stay queued unless aborted; until
+        """The sender ended: forget the room. Its queued bytes stay queued unless aborted; until
         they have left, its decode ranks are kept for `_on_send_error` to tell if they fail."""
         targets, wires = self._rooms.targets(room), self._rooms.wires(room)
         self._rooms.release(room)
-        if not targets:
-            return
-        for wire in wires:
+        for wire in wires if targets else ():
             self._unsent[wire] = (room, targets)
-            if not self.sender.queued(wire):  # checked after the entry is in: `_on_stream_sent` may race
+            if not self.sender.queued(wire):  # asked once the entry is in: `_on_stream_sent` may race
                 self._unsent.pop(wire, None)
 
     def wire_bytes(self, room: int) -> int | None:
@@ -291,11 +287,8 @@ class PrefillSide:
         logger.error("Lynx prefill: %s restarted after: %s", name, error)
 
     def _on_send_error(self, wire: int, message: str) -> None:
-        released = self._unsent.pop(wire, None)
-        if released is not None:
-            room, targets = released
-        else:
-            room = self._rooms.room_of(wire)
+        room, targets = self._unsent.pop(wire, None) or (self._rooms.room_of(wire), None)
+        if targets is None:
             self._rooms.quiet(room)
             targets = self._rooms.targets(room)
         logger.error("Lynx prefill: room %s: %s", room, message)
