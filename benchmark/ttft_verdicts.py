@@ -191,7 +191,7 @@ def markdown(document: dict) -> str:
         lines[:0] = [f"{document['date']}, commit {document['commit']}{minutes}; medians of "
                      f"{document['args']['repeats']} repeats, seconds:", ""]  # fmt: skip
     entries = {(e["link_gbps"], e["prompt_tokens"], e["request_type"]): e for e in verdicts(rows)}
-    judged, partings = {}, []
+    judged, partings = [], []
     for (mode, rate, tokens, kind), lynx_rows in index.items():
         if mode != "lynx":
             continue
@@ -206,10 +206,10 @@ def markdown(document: dict) -> str:
                  str(sum(r.get("rollbacks", 0) for r in lynx_rows)), _judged(lynx8.get("judged")), verdict]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
         if lynx8.get("judged"):
-            judged[(rate, kind)] = lynx8["judged"]
+            judged.append(lynx8["judged"])
             partings += [(rate, kind, p) for p in lynx8["judged"]["partings"]]
     met = [e["met"] for e in entries.values() if e["met"] is not None]
-    totals = {k: sum(j[k] for j in judged.values()) for k in ("answers", "tokens_judged", "wrong", "near_ties")}
+    totals = {k: sum(j[k] for j in judged) for k in ("answers", "tokens_judged", "wrong", "near_ties")}
     lines += ["", f"{sum(met)} of {len(met)} cells meet the bar; `lynx`'s answers judged against `int8`'s: "
               f"{totals['answers']} answers, {totals['tokens_judged']} tokens, {totals['near_ties']} near ties, "
               f"{totals['wrong']} wrong" + ("." if not partings else ":")]  # fmt: skip
