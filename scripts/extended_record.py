@@ -9,7 +9,8 @@ more than one part counts by its last part's outcome, and the record lists
 it under ``rerun`` with every outcome it had. Tests of a part that left no
 XML (stopped by hand) but whose passes pytest printed can be named with
 ``--passed-without-record FILE`` (one test id per line): they are recorded as
-passed with no duration.
+passed with no duration. ``--add-to`` keeps the parts of the record already
+at ``--out`` (whose XML may be gone) and adds the new ones after them.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ def main(argv=None) -> int:
     parser.add_argument("--passed-without-record", type=Path, help="ids of tests seen passing in a part without XML")
     parser.add_argument("--not-run", action="append", default=[], help="an extended test left out of the run, why")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--add-to", action="store_true", help="keep the parts already recorded at --out")
     args = parser.parse_args(argv)
-    parts = []
+    parts = json.loads(args.out.read_text())["parts"] if args.add_to else []
     if args.passed_without_record:
         ids = [line.strip() for line in args.passed_without_record.read_text().splitlines() if line.strip()]
         parts.append({"started": None, "commit": args.commit, "tests": [{"test": i, "outcome": "passed", "seconds": None} for i in ids]})

@@ -47,3 +47,17 @@ def test_a_test_rerun_in_a_later_part_on_other_code_counts_by_its_last_outcome(t
     assert record["counts"] == {"passed": 3, "failed": 0, "skipped": 1, "not_run": 0}
     assert record["rerun"] == {"test/lynx_patches/test_a.py::test_two": ["failed", "passed"],
                                "test/lynx_patches/test_b.py::test_three": ["skipped", "skipped"]}  # fmt: skip
+
+
+def test_a_part_added_to_a_record_keeps_the_parts_already_there(tmp_path):
+    (tmp_path / "run.xml").write_text(JUNIT)
+    (tmp_path / "later.xml").write_text(JUNIT.replace('time="3.0"><failure message="no" /></testcase>', 'time="2.0" />'))
+    out = tmp_path / "record.json"
+    first = ["--commit", "abc1234", "--junit", str(tmp_path / "run.xml"), "--out", str(out)]
+    subprocess.run([sys.executable, str(SCRIPT), *first], check=True, capture_output=True)
+    later = ["--commit", "def5678", "--junit", str(tmp_path / "later.xml"), "--out", str(out), "--add-to"]
+    subprocess.run([sys.executable, str(SCRIPT), *later], check=True, capture_output=True)
+    record = json.loads(out.read_text())
+    assert [part["commit"] for part in record["parts"]] == ["abc1234", "def5678"]
+    assert record["commit"] == "def5678" and record["counts"]["failed"] == 0
+    assert record["rerun"]["test/lynx_patches/test_a.py::test_two"] == ["failed", "passed"]
