@@ -114,7 +114,7 @@ def _kinds(s: dict) -> str:
         return ""
     return (f", and {k['requests']} requests of other kinds (penalties, logit bias, stop strings, grammars): "
             f"{k['answered']} answered ({k['drafted']} drafted), {k['wrong']} wrong in {k['tokens_judged']:,} tokens "
-            f"judged, {k['near_ties']} near ties")
+            f"judged, {k['near_ties']} near tie{'' if k['near_ties'] == 1 else 's'}")
 
 
 def single_markdown(result: dict) -> str:
