@@ -33,8 +33,11 @@ def prefill_result(result, processor, batch, *args, **kwargs):
     check_pool(kvcache)
     pool = PoolView.of(kvcache)
     for req in batch.reqs:
-        done = req.finished() or req.inflight_middle_chunks > 0
-        if done or getattr(req, "_lynx_roundtripped", False):
+        # A chunk short of the prompt's end is a middle chunk: SGLang has already counted it off
+        # `inflight_middle_chunks` when this hook runs, and the row past the chunk has no slots yet.
+        short = req.extend_end is not None and req.extend_end < len(req.origin_input_ids)
+        middle = req.inflight_middle_chunks > 0 or short
+        if req.finished() or middle or getattr(req, "_lynx_roundtripped", False):
             continue
         row = processor.req_to_token_pool.req_to_token[req.kv.req_pool_idx]
         roundtrip(config.wire, pool, row[: len(req.origin_input_ids)].to(torch.int64))
