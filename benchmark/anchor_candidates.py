@@ -40,6 +40,8 @@ class Candidate:
         simulated: ``decode`` is a plain-PyTorch model of the design, not the codec.
         extra_bytes: anchor bytes per layer beyond ``spec``'s, as a function
             of (tokens, kv_heads, head_dim) for BF16 input.
+        role: ``"baseline"`` (the design the study's deltas are against),
+            ``"adopted"`` (what the codec does) or ``""``.
     """
 
     name: str
@@ -48,46 +50,63 @@ class Candidate:
     decode: Decoder
     simulated: bool
     extra_bytes: Callable[[int, int, int], int] = lambda tokens, heads, dim: 0
+    role: str = ""
+
+    def __post_init__(self):
+        if self.study not in ("anchor", "residual"):
+            raise ValueError(f"study must be 'anchor' or 'residual', not {self.study!r}")
+        if self.role not in ("", "baseline", "adopted"):
+            raise ValueError(f"role must be '', 'baseline' or 'adopted', not {self.role!r}")
 
 
 def candidates() -> list[Candidate]:
     """Every design, in table order."""
     plain, split = CodecSpec((4,), sink_tokens=0), CodecSpec((4, 4), sink_tokens=0)
     anchor = [
-        Candidate("format 1 int8 anchor", "anchor", split, _bit_plane_anchor, True),
-        _codec("no sinks", "anchor", plain),
-        *(_codec(f"sinks {count}", "anchor", CodecSpec((4,), sink_tokens=count)) for count in (1, 2, 8, 16)),
-        Candidate("sinks 4 own key group", "anchor", plain, _simulated(_grid(4), _grid(4), sinks=4, raw=False),
-                  True, _own_group_bytes(4)),
-        _codec("key groups 32", "anchor", CodecSpec((4,), key_group_tokens=32, sink_tokens=0)),
-        _codec("key groups 32, sinks 4", "anchor", CodecSpec((4,), key_group_tokens=32)),
-        *(Candidate(f"top-{count} key channels 8-bit", "anchor", plain,
-                    _simulated(_outlier_channels(count), _grid(4)), True, _outlier_bytes(count)) for count in (4, 8)),
-        Candidate("top-4 key channels 8-bit, sinks 4", "anchor", CodecSpec((4,)),
+        Candidate("format 1 `int8` anchor: bit plane at bucket centre", "anchor", split, _bit_plane_anchor, True),
+        _codec("plain 4-bit, no sinks", "anchor", plain, role="baseline"),
+        *(_codec(f"{count} sink token{'s' * (count > 1)}", "anchor", CodecSpec((4,), sink_tokens=count))
+          for count in (1, 2)),
+        _codec("4 sink tokens", "anchor", CodecSpec((4,)), role="adopted"),
+        *(_codec(f"{count} sink tokens", "anchor", CodecSpec((4,), sink_tokens=count)) for count in (8, 16)),
+        Candidate("4 sink tokens as their own 4-bit key group, not raw", "anchor", plain,
+                  _simulated(_grid(4), _grid(4), sinks=4, raw=False), True, _own_group_bytes(4)),
+        _codec("key groups of 32 tokens", "anchor", CodecSpec((4,), key_group_tokens=32, sink_tokens=0)),
+        _codec("key groups of 32 tokens, 4 sinks", "anchor", CodecSpec((4,), key_group_tokens=32)),
+        Candidate("top-4 key channels (widest range per block and head) at 8 bits", "anchor", plain,
+                  _simulated(_outlier_channels(4), _grid(4)), True, _outlier_bytes(4)),
+        Candidate("top-8 key channels at 8 bits", "anchor", plain,
+                  _simulated(_outlier_channels(8), _grid(4)), True, _outlier_bytes(8)),
+        Candidate("top-4 key channels at 8 bits, 4 sinks", "anchor", CodecSpec((4,)),
                   _simulated(_outlier_channels(4), _grid(4), sinks=4), True, _outlier_bytes(4, sinks=4)),
-        *(Candidate(f"sinks 4, last {count} tokens raw", "anchor", CodecSpec((4,)),
+        *(Candidate(f"4 sink tokens, the last {count} tokens raw", "anchor", CodecSpec((4,)),
                     _simulated(_grid(4), _grid(4), sinks=4, recent=count), True, _recent_bytes(count))
           for count in (16, 64)),
-        Candidate("4-bit keys, BF16 values", "anchor", CodecSpec((4,)),
+        Candidate("diagnostic: 4 sink tokens, 4-bit keys, BF16 values", "anchor", CodecSpec((4,)),
                   _simulated(_grid(4), _exact, sinks=4), True, _raw_instead(values=True)),
-        Candidate("BF16 keys, 4-bit values", "anchor", CodecSpec((4,)),
+        Candidate("diagnostic: 4 sink tokens, BF16 keys, 4-bit values", "anchor", CodecSpec((4,)),
                   _simulated(_exact, _grid(4), sinks=4), True, _raw_instead(values=False)),
-        *(Candidate(f"log grid, dense {where} mu={mu}", "anchor", plain,
+        *(Candidate(f"log grid ({kind}dense {where}, mu {mu})", "anchor", plain,
                     _simulated(_log_grid(mu, where), _log_grid(mu, where)), True)
-          for where, mu in (("centre", 3), ("centre", 8), ("ends", 3))),
+          for kind, where, mu in (("mu-law, ", "centre", 3), ("", "centre", 8), ("", "ends", 3))),
     ]
     residual = [
-        Candidate("8-bit grid (format 1 int8)", "residual", split, _simulated(_grid(8), _grid(8)), True),
-        Candidate("signed residual, step s/16", "residual", split, _simulated(_signed(), _signed()), True),
-        Candidate("centred sub-cells everywhere", "residual", split, _simulated(_centred(), _centred()), True),
-        _codec("one-sided end cells, no sinks", "residual", split),
+        Candidate("8-bit grid, format 1 `int8`", "residual", split, _simulated(_grid(8), _grid(8)), True),
+        Candidate("signed residual `r` in [−8, 7] at step `s/16` around the anchor, as QuantSpec", "residual",
+                  split, _simulated(_signed(), _signed()), True),
+        Candidate("16 centred sub-cells of every anchor cell", "residual", split,
+                  _simulated(_centred(), _centred()), True),
+        _codec("one-sided end cells (the codec's stages)", "residual", split),
+        _codec("one-sided end cells, 4 sink tokens (the `int8` preset)", "residual", CodecSpec((4, 4)),
+               role="adopted"),
     ]
     return anchor + residual
 
 
-def _codec(name: str, study: str, spec: CodecSpec) -> Candidate:
+def _codec(name: str, study: str, spec: CodecSpec, role: str = "") -> Candidate:
     stages = 1 if study == "anchor" else spec.num_stages
-    return Candidate(name, study, spec, lambda key, value: decode(encode(key, value, spec), stages), False)
+    return Candidate(name, study, spec, lambda key, value: decode(encode(key, value, spec), stages), False,
+                     role=role)
 
 
 def _bit_plane_anchor(key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,7 +29,8 @@ The model runs in float32 (its weights are bf16 values; bf16 matmuls are much
 slower on CPUs without bf16 units); only the cache is rounded to bf16. The
 ``bf16-exact`` preset with every stream must rebuild the BF16 KV bit for bit
 and agree everywhere; the script exits with status 1 if it does not.
-Progress goes to stderr, a table to stdout, everything to ``--json``.
+Progress goes to stderr, a table to stdout, everything to ``--json`` (per-layer
+errors to 4 significant digits).
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ def variant_rows(num_layers: int, kv_heads: int, head_dim: int, tokens: int, des
         stages = 1 if design.study == "anchor" else design.spec.num_stages
         streams[0] += design.extra_bytes(tokens, kv_heads, head_dim) * num_layers / tokens
         rows.append(_row(design.name, design.spec, stages, streams[:stages])
-                    | {"study": design.study, "simulated": design.simulated})
+                    | {"study": design.study, "simulated": design.simulated, "role": design.role})
     return rows
 
 
@@ -245,7 +246,8 @@ def summarize(rows: list[dict], bf16_bytes: float) -> None:
     for row in rows:
         per_layer = [sum(column) / len(column) for column in zip(*row["layer_errors"])]
         equal = [flag for prompt in row["equal"] for flag in prompt]
-        row.update({"of_bf16": row["bytes_per_token"] / bf16_bytes, "attn_err_per_layer": per_layer,
+        row.update({"of_bf16": row["bytes_per_token"] / bf16_bytes,
+                    "attn_err_per_layer": [float(f"{error:.4g}") for error in per_layer],
                     "attn_err_mean": sum(per_layer) / len(per_layer), "attn_err_max": max(per_layer),
                     "agreement": sum(equal) / len(equal), "parted": len(row["parted_gaps"]),
                     "parted_near_tie": sum(gap < NEAR_TIE_NATS for gap in row["parted_gaps"]),

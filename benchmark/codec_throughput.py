@@ -10,7 +10,8 @@ index gather from the pool (``pool[slots]``), the floor any codec pays.
 Throughput is GB/s of bf16 input: the bytes of K+V in bf16 (``2 * T * H * D *
 2``) over the median seconds of ``--repeats`` runs after ``--warmup`` runs.
 "vs copy" is the op's throughput over the copy's. Progress goes to stderr, a
-table to stdout, every sample to ``--json``.
+table to stdout, every sample to ``--json`` (with the 1-minute load average
+before and after the runs: the figures are only as good as the machine is quiet).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import sys
@@ -145,14 +147,17 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     threads = torch.get_num_threads()
 
+    load_before = os.getloadavg()[0]
     records = [measure_shape(shape, args) for shape in shapes]
+    load_after = os.getloadavg()[0]
     for record in records:
         print_table(record, threads, args.repeats)
     config = {
         "date": datetime.date.today().isoformat(), "threads": threads, "repeats": args.repeats,
         "warmup": args.warmup, "pool_factor": args.pool_factor, "seed": args.seed, "presets": args.presets,
         "input_dtype": "bfloat16", "torch": torch.__version__, "python": platform.python_version(),
-        "machine": platform.machine(), "processor": _cpu_name(),
+        "machine": platform.machine(), "processor": _cpu_name(), "cpus": os.cpu_count(),
+        "load_average": [load_before, load_after],
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"config": config, "shapes": records}, indent=2))

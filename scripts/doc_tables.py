@@ -32,6 +32,14 @@ RENDERERS = {
     "fault_load": ("faults.report", "markdown"),
     "pd_failures": ("faults.report", "single_markdown"),
     "ttft_sweep": ("ttft_verdicts", "markdown"),
+    "codec_bytes": ("codec_report", "bytes_markdown"),
+    "codec_quality": ("codec_report", "quality_markdown"),
+    "codec_anchor_designs": ("codec_report", "anchor_markdown"),
+    "codec_residual_designs": ("codec_report", "residual_markdown"),
+    "codec_throughput": ("codec_speed_report", "throughput_markdown"),
+    "codec_throughput_ms": ("codec_speed_report", "throughput_ms_markdown"),
+    "gpu_bandwidth": ("codec_speed_report", "gpu_bandwidth_markdown"),
+    "gpu_bandwidth_sentence": ("codec_speed_report", "gpu_bandwidth_sentence"),
 }
 
 
