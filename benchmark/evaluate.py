@@ -20,9 +20,13 @@ Everything runs in a private network namespace with nothing but loopback
 (Mooncake's engine listens on every interface): the script re-executes
 itself under `python -m lynx_testing.netns`. The link is emulated by `tc` on
 that loopback (see `evaluation/link.py`). Written to `--out`: `report.md`,
-`results.json` (every number) and PNG plots.
+`results.json` (every number) and PNG plots; with `--doc-json`, also the
+compact results docs/RESULTS.md's tables are rendered from
+(`evaluation/compact.py`, `evaluation/doc_tables.py`).
 
-    python benchmark/evaluate.py --out results/eval
+    python benchmark/evaluate.py --out results/eval --doc-json docs/results/evaluation.json
+    python benchmark/evaluate.py --from-json results/eval/results.json --out results/eval \
+        --doc-json docs/results/evaluation.json   # measure nothing: report and compact results again
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import threading
 import time
 from pathlib import Path
 
-from evaluation import estimates, plots, report, runner
+from evaluation import compact, estimates, plots, report, runner
 from evaluation.link import ShapedLoopback, inside_namespace
 from evaluation.plan import PROFILES, VARIANTS
 from lynx_testing.netns import isolated
@@ -53,6 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated: {', '.join(VARIANTS)}")
     parser.add_argument("--from-json", metavar="RESULTS_JSON",
                         help="measure nothing: rebuild the estimator check, report and plots from a run's results.json")  # fmt: skip
+    parser.add_argument("--doc-json", metavar="PATH", type=Path,
+                        help="also write the compact results (every figure docs/RESULTS.md states, no tokens) to PATH")  # fmt: skip
     args = parser.parse_args(argv)
     plans = PROFILES[args.profile]()
     for name in _names(args.models):
@@ -97,7 +103,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.from_json:
-        return rebuild(Path(args.from_json), Path(args.out))
+        return rebuild(Path(args.from_json), Path(args.out), args.doc_json)
     if not inside_namespace(os.environ):
         try:
             command = isolated([sys.executable, str(Path(__file__).resolve()), *argv])
@@ -142,25 +148,32 @@ def main(argv=None) -> int:
     results["cluster"]["ratios"] = estimates.cluster_ratios(results["cluster"]["table"])
     results["wall_s"] = time.time() - started
     results["machine"]["load_at_end"] = os.getloadavg()
-    return write(results, out)
+    return write(results, out, args.doc_json)
 
 
-def write(results: dict, out: Path) -> int:
-    """`results.json`, the plots and `report.md` in `out`; a summary on stdout."""
+def write(results: dict, out: Path, doc_json: Path | None = None) -> int:
+    """`results.json`, the plots and `report.md` in `out`, the compact results at `doc_json`; a summary on stdout."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    if doc_json is not None:
+        labels = {name: plan.label for name, plan in PROFILES[results["profile"]]().items()}
+        size = compact.write(results, labels, doc_json)
     figures = plots.render(results, out)
     text = report.render(results, figures)
     (out / "report.md").write_text(text)
     print(report.console_summary(results))
     print(f"\nreport: {out / 'report.md'}  JSON: {out / 'results.json'}  wall {results['wall_s'] / 60:.1f} min")
+    if doc_json is not None:
+        print(f"compact results: {doc_json} ({size / 1e3:.0f} kB)")
     return 0
 
 
-def rebuild(source: Path, out: Path) -> int:
+def rebuild(source: Path, out: Path, doc_json: Path | None = None) -> int:
     """A run's report again from its measurements, with this checkout's estimator (nothing is measured)."""
     try:
         results = json.loads(source.read_text())
+        if results.get("kind") != "evaluation":
+            raise ValueError(f"its kind is {results.get('kind')!r}")
         plans = PROFILES[results["profile"]]()
     except (OSError, ValueError, KeyError) as exc:
         print(f"error: {source} is not an evaluation's results.json: {exc}", file=sys.stderr)
@@ -170,7 +183,7 @@ def rebuild(source: Path, out: Path) -> int:
             data["estimator_check"] = estimates.check_rows(plans[name].geometry, data["speed"],
                                                            data["estimator_prefill_s"], data["codec_rates"])  # fmt: skip
     results["rebuilt"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return write(results, out)
+    return write(results, out, doc_json)
 
 
 if __name__ == "__main__":

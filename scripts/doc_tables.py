@@ -40,6 +40,12 @@ RENDERERS = {
     "codec_throughput_ms": ("codec_speed_report", "throughput_ms_markdown"),
     "gpu_bandwidth": ("codec_speed_report", "gpu_bandwidth_markdown"),
     "gpu_bandwidth_sentence": ("codec_speed_report", "gpu_bandwidth_sentence"),
+    "evaluation_run": ("evaluation.doc_tables", "run_line"),
+    "evaluation_claims": ("evaluation.doc_tables", "claims_markdown"),
+    "evaluation_accuracy": ("evaluation.doc_tables", "accuracy_markdown"),
+    "evaluation_likelihood": ("evaluation.doc_tables", "likelihood_markdown"),
+    "evaluation_speed": ("evaluation.doc_tables", "speed_markdown"),
+    "evaluation_timings": ("evaluation.doc_tables", "timings_markdown"),
 }
 
 

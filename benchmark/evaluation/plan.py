@@ -79,6 +79,7 @@ class ModelPlan:
 
     Attributes:
         model: `lynx_deploy.models` registry name.
+        label: the model's name in the docs' tables.
         geometry: its KV shape (`lynx_deploy.estimate.GEOMETRIES`).
         server_args: extra arguments of every server.
         items: accuracy items, run on every Lynx variant.
@@ -96,6 +97,7 @@ class ModelPlan:
     """
 
     model: str
+    label: str
     geometry: KVGeometry
     server_args: tuple[str, ...]
     max_total_tokens: int
@@ -129,6 +131,7 @@ def _multikey(tokens: int, depths, seed: int) -> tuple[ItemSpec, ...]:
 def full_plans() -> dict[str, ModelPlan]:
     smollm2 = ModelPlan(
         model="smollm2",
+        label="SmolLM2",
         geometry=GEOMETRIES["smollm2-135m"],
         server_args=_SERVER_ARGS,
         max_total_tokens=16384,
@@ -145,6 +148,7 @@ def full_plans() -> dict[str, ModelPlan]:
     )
     qwen2 = ModelPlan(
         model="qwen2",
+        label="Qwen2",
         geometry=GEOMETRIES["qwen2.5-coder-0.5b"],
         server_args=_SERVER_ARGS,
         max_total_tokens=8192,
@@ -170,6 +174,7 @@ def smoke_plans() -> dict[str, ModelPlan]:
     for name, plan in full_plans().items():
         plans[name] = ModelPlan(
             model=plan.model,
+            label=plan.label,
             geometry=plan.geometry,
             server_args=plan.server_args,
             max_total_tokens=4096,
