@@ -46,6 +46,7 @@ import resource
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import zmq
@@ -56,8 +57,10 @@ from lynx.transfer.pacer import make_pacer
 from lynx.transfer.reassembly import RequestAssembly
 from lynx.transfer.sender import PrioritySender
 from lynx.transfer.zmq_transport import ZmqListener, ZmqTransport
+from lynx_testing import provenance
 
 KEY = b"transport-compare-benchmark"
+COST_TOTAL_BYTES, COST_PIECE_BYTES = 1 << 30, 1 << 20  # byte_costs: 1 GiB in 1 MiB pieces
 STREAM = 1
 VARIANTS = ("zmq", "zmq-curve", "zmq-zc", "mooncake", "mooncake-view", "mooncake-engine")
 
@@ -263,6 +266,37 @@ def median_row(samples: list[dict]) -> dict:
     return {key: statistics.median(sample[key] for sample in samples) for key in samples[0]}
 
 
+def unpaced_rows(unpaced: dict[tuple, list[dict]]) -> list[dict]:
+    """One row per (variant, bytes, chunk bytes, mode) of ``unpaced`` (its samples, as ``Peer.run``
+    returns them): the medians, the samples, and the median Gbit/s over ``zmq``'s and ``zmq-curve``'s
+    at the same cell (None where that variant did not run)."""
+    rows = []
+    for (variant, size, chunk, mode), samples in unpaced.items():
+        row = {"variant": variant, "mib": size / (1 << 20), "chunk_kib": chunk // 1024, "mode": mode,
+               **median_row(samples), "samples": samples}
+        for name in ("zmq", "zmq-curve"):
+            baseline = unpaced.get((name, size, chunk, mode))
+            row[f"ratio_to_{name}"] = row["gbps"] / median_row(baseline)["gbps"] if baseline else None
+        rows.append(row)
+    return rows
+
+
+def paced_rows(paced: dict[tuple, list[dict]]) -> list[dict]:
+    """One row per (variant, set Gbit/s) of ``paced``: the medians, the samples, achieved / set rate."""
+    rows = []
+    for (variant, rate), samples in paced.items():
+        row = {"variant": variant, "set_gbps": rate, **median_row(samples), "samples": samples}
+        row["ratio"] = row["gbps"] / rate
+        rows.append(row)
+    return rows
+
+
+def document(config: dict, costs: dict, unpaced: list[dict], paced: list[dict]) -> dict:
+    """What ``--json`` writes: the run's date and commit, ``config``, ``byte_costs``, the rows."""
+    stamp = {"date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(Path(__file__).parent)}
+    return {**stamp, "config": config, "byte_costs": costs, "unpaced": unpaced, "paced": paced}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, from {VARIANTS}")
@@ -286,7 +320,7 @@ def main() -> int:
     data = os.urandom(max(sizes + [int(args.paced_mib * (1 << 20))]))
 
     print("measuring per-byte CPU costs", file=sys.stderr, flush=True)
-    costs = byte_costs(1 << 30, 1 << 20)
+    costs = byte_costs(COST_TOTAL_BYTES, COST_PIECE_BYTES)
     context = multiprocessing.get_context("spawn")
     peers = {}
     unpaced: dict[tuple, list] = {}
@@ -331,35 +365,26 @@ def main() -> int:
     print(f"\nunpaced, 127.0.0.1, median of {args.repeats} (CPU: process seconds per GB, all threads)")
     print(f"{'variant':>15} {'MiB':>5} {'chunk KiB':>9} {'mode':>6} {'Gbps':>7} {'vs zmq':>7} {'vs curve':>8} "
           f"{'send s/GB':>9} {'recv s/GB':>9}")
-    rows = []
-    for (variant, size, chunk, mode), samples in unpaced.items():
-        row = {"variant": variant, "mib": size / (1 << 20), "chunk_kib": chunk // 1024, "mode": mode,
-               **median_row(samples), "samples": samples}
-        for name in ("zmq", "zmq-curve"):
-            baseline = unpaced.get((name, size, chunk, mode))
-            row[f"ratio_to_{name}"] = row["gbps"] / median_row(baseline)["gbps"] if baseline else None
-        rows.append(row)
+    rows = unpaced_rows(unpaced)
     for row in sorted(rows, key=lambda r: (r["mode"], r["mib"], r["chunk_kib"], r["variant"])):
         ratio, curve = (f"{row[key]:.2f}" if row[key] else "-" for key in ("ratio_to_zmq", "ratio_to_zmq-curve"))
         print(f"{row['variant']:>15} {row['mib']:>5g} {row['chunk_kib']:>9} {row['mode']:>6} {row['gbps']:>7.2f} "
               f"{ratio:>7} {curve:>8} {row['sender_cpu_s_per_gb']:>9.2f} {row['receiver_cpu_s_per_gb']:>9.2f}")
-    paced_rows = []
-    if paced:
+    paced_table = paced_rows(paced)
+    if paced_table:
         print(f"\npaced ({args.paced_mib:g} MiB, {min(chunks) >> 10} KiB chunks, frames mode), median of "
               f"{args.repeats}")
         print(f"{'variant':>15} {'set Gbps':>9} {'got Gbps':>9} {'ratio':>7}")
-        for (variant, rate), samples in paced.items():
-            row = {"variant": variant, "set_gbps": rate, **median_row(samples), "samples": samples}
-            row["ratio"] = row["gbps"] / rate
-            paced_rows.append(row)
-            print(f"{variant:>15} {rate:>9g} {row['gbps']:>9.3f} {row['ratio']:>7.3f}")
+        for row in paced_table:
+            print(f"{row['variant']:>15} {row['set_gbps']:>9g} {row['gbps']:>9.3f} {row['ratio']:>7.3f}")
     if args.json:
         config = {"variants": variants, "sizes": sizes, "chunks": chunks, "modes": modes, "rates_gbps": rates,
-                  "paced_mib": args.paced_mib, "repeats": args.repeats, "cpu_count": os.cpu_count(),
+                  "paced_mib": args.paced_mib, "repeats": args.repeats, "cost_total_bytes": COST_TOTAL_BYTES,
+                  "cost_piece_bytes": COST_PIECE_BYTES, "cpu_count": os.cpu_count(),
                   "loadavg_at_end": os.getloadavg(), "python": platform.python_version(),
                   "pyzmq": zmq.__version__, "libzmq": zmq.zmq_version(), "mooncake": mooncake_version()}
         with open(args.json, "w") as handle:
-            json.dump({"config": config, "byte_costs": costs, "unpaced": rows, "paced": paced_rows}, handle, indent=2)
+            json.dump(document(config, costs, rows, paced_table), handle, indent=2)
     return 0
 
 
