@@ -211,7 +211,7 @@ def markdown(document: dict) -> str:
     met = [e["met"] for e in entries.values() if e["met"] is not None]
     totals = {k: sum(j[k] for j in judged) for k in ("answers", "tokens_judged", "wrong", "near_ties")}
     lines += ["", f"{sum(met)} of {len(met)} cells meet the bar; `lynx`'s answers judged against `int8`'s: "
-              f"{totals['answers']} answers, {totals['tokens_judged']} tokens, {totals['near_ties']} near ties, "
+              f"{totals['answers']} answers, {totals['tokens_judged']:,} tokens, {_count(totals['near_ties'], 'near tie')}, "
               f"{totals['wrong']} wrong" + ("." if not partings else ":")]  # fmt: skip
     for rate, kind, p in partings:
         gap = "" if p.get("gap") is None else f", gap {p['gap']:.4f} nats"
@@ -247,9 +247,13 @@ def _judged(judged: dict | None) -> str:
         return "not judged"
     text = f"{judged['equal'] + judged['equal_after_near_ties']} of {judged['answers']}"
     if judged["near_ties"]:
-        text += f", {judged['near_ties']} near ties"
+        text += f", {_count(judged['near_ties'], 'near tie')}"
     if judged["wrong"]:
         text += f", {judged['wrong']} wrong"
     if judged["tokens_unchecked"]:
         text += f", {judged['tokens_unchecked']} tokens unchecked"
     return text
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")

@@ -243,8 +243,8 @@ def test_the_docs_table_sets_each_lynx_row_against_the_mode_beside_it_and_lists_
     header, rule, row, blank, total, parting = ttft_verdicts.markdown({"rows": rows}).splitlines()
     assert header.split(" | ")[7] == "lynx/int8 t8" and rule.count("---") == 12
     assert row == ("| 3.5-4.2 | greedy | 5.00 | 5.10 | 1.02 (1.02) | 9.00 | 5.20 | 0.90 (0.92) | 32 (30), 32 (30) | 2 "
-                   "| 2 of 2, 1 near ties | met |")  # fmt: skip
-    assert total.startswith("1 of 1 cells meet the bar") and total.endswith("2 answers, 256 tokens, 1 near ties, 0 wrong:")
+                   "| 2 of 2, 1 near tie | met |")  # fmt: skip
+    assert total.startswith("1 of 1 cells meet the bar") and total.endswith("2 answers, 256 tokens, 1 near tie, 0 wrong:")
     assert parting == "- 0.02 Gbit/s, greedy, repeat 1: near tie at output token 34, gap 0.0080 nats"
     dated = {"rows": rows, "date": "2026-12-07", "commit": "abc1234", "wall_s": 1800, "args": {"repeats": 2}}
     assert ttft_verdicts.markdown(dated).startswith("2026-12-07, commit abc1234, 30 min; medians of 2 repeats, seconds:\n\n| ")
