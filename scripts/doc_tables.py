@@ -30,6 +30,7 @@ BLOCK = re.compile(r"(<!-- generated: (\S+) (\S+) -->\n)(.*?)(<!-- end generated
 RENDERERS = {
     "serving_load": ("load.report", "markdown"),
     "fault_load": ("faults.report", "markdown"),
+    "fault_matrix": ("faults.report", "matrix_markdown"),
     "pd_failures": ("faults.report", "single_markdown"),
     "ttft_sweep": ("ttft_verdicts", "markdown"),
     "codec_bytes": ("codec_report", "bytes_markdown"),

@@ -136,3 +136,64 @@ def single_markdown(result: dict) -> str:
 def _cell(text: str) -> str:
     """`text` for a Markdown table cell: one line, no column bars."""
     return " ".join(text.split()).replace("|", "/")
+
+
+def matrix_markdown(result: dict) -> str:
+    """The docs' table of a run over several deployments: a row per fault, a column per deployment,
+    each cell the requests answered (drafted) and what the fault did; memory, threads, descriptors
+    and the time to serve again as their spans above the table (every value is in the JSON)."""
+    p, deployments = result["profile"], result["deployments"]
+    faults = [f for d in deployments for f in d["faults"]]
+    kills = [f for f in faults if "restart_s" in (f.get("note") or {})]
+    others = [f["serving_again_s"] for f in faults if f not in kills and f.get("serving_again_s") is not None]
+    failing = [f for f in faults if not f["passed"]]
+    lines = [
+        f"{result['date']}, commit {result['commit']}, {result['wall_s'] / 60:.0f} min: per fault {p['requests']} "
+        f"bench_serving requests ({p['input_tokens']} + {p['output_tokens']} tokens, Poisson {p['rate']:g}/s) on a "
+        f"{p['link_gbps']:g} Gbit/s link, timeout {p['transfer_timeout_s']:g} s. Cells: requests answered "
+        f"(drafted), the rest failed with a clear error. After every fault: memory "
+        f"x{_span([f['memory_ratio'] for f in faults])} of idle, threads {_span([f['threads_delta'] for f in faults], 'd')}, "
+        f"file descriptors {_span([f['fds_delta'] for f in faults], 'd')}; a request answered exactly again "
+        f"{_span(others, 'g')} s after the recovery (a kill: in its cell)"
+        + (f"; {QUIET_SENTENCE}; every fault passed." if not failing else f"; {len(failing)} fault(s) FAILED."),
+        "",
+        "| fault | " + " | ".join(_deployment(d) for d in deployments) + " |",
+        "|" + " --- |" * (len(deployments) + 1),
+    ]
+    for name in dict.fromkeys(f["fault"] for f in faults):
+        row = [next((f for f in d["faults"] if f["fault"] == name), None) for d in deployments]
+        stalled = {(f.get("note") or {}).get("stalled_s") for f in row if f}
+        label = name + (f" ({stalled.pop():g} s)" if len(stalled) == 1 and None not in stalled else "")
+        lines.append(f"| {label} | " + " | ".join(_matrix_cell(f) for f in row) + " |")
+    for d in deployments:
+        if "error" in d:
+            lines += ["", f"{_deployment(d)} stopped early: {d['error'][:300]}"]
+    return "\n".join(lines) + "\n"
+
+
+def _deployment(d: dict) -> str:
+    return f"{d['transport']}, {d['prefills']} prefill" + ("s" if d["prefills"] > 1 else "")
+
+
+def _span(values, spec: str = ".3f") -> str:
+    values = list(values)
+    if not values:
+        return "-"
+    sign = "+" if spec == "d" else ""
+    low, high = (format(v, sign + spec) for v in (min(values), max(values)))
+    return low if low == high else f"{low} to {high}" if spec == "d" else f"{low}-{high}"
+
+
+def _matrix_cell(f: dict | None) -> str:
+    if f is None:
+        return "not run"
+    note = f.get("note") or {}
+    text = f"{f['answered']} ({f['drafted']})"
+    if "connections_reset" in note:
+        text += f", {note['connections_reset']} reset"
+    if "restart_s" in note:
+        text += f"; up in {note['restart_s']:g} s, serving {_again(f)} after"
+    if not f["passed"]:
+        text += (f"; FAIL: {f['wrong']} wrong, {f['hung']} hung, {f['unclear_errors']} unclear, held "
+                 f"{f['slots_held']} / {f['rows_held']} / {f['rooms_held']}, memory x{f['memory_ratio']:.3f}")
+    return text

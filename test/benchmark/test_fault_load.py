@@ -22,7 +22,7 @@ from faults.inject import ABORT_STATES  # noqa: E402
 from faults.mixed import KINDS  # noqa: E402
 from faults.outcome import Judge, answered, outcome, reason  # noqa: E402
 from faults.plan import FAULTS, PROFILES, Profile  # noqa: E402
-from faults.report import QUIET_SENTENCE, markdown, passed, passed_deployment, single_markdown  # noqa: E402
+from faults.report import QUIET_SENTENCE, markdown, matrix_markdown, passed, passed_deployment, single_markdown  # noqa: E402
 from faults.soak import slope_per_hour  # noqa: E402
 from faults.soak import summary as soak_summary  # noqa: E402
 
@@ -150,6 +150,27 @@ def test_the_table_has_a_row_per_fault_with_its_verdict():
     table = markdown(result)
     assert "| zmq, 3 prefills | none | 8 of 10 (8) | 0 |" in table and table.count("| pass |") == 1
     assert "| zmq, 3 prefills | stall |" in table and table.rstrip().endswith("| 0.4 s | FAIL |")
+
+
+def test_the_matrix_has_a_row_per_fault_a_column_per_deployment_and_the_spans_above():
+    def deployment(transport, prefills, kill_restart_s, failing=False):
+        faults = [dict(_fault("none", failed=0, answered=10, drafted=9), passed=True),
+                  dict(_fault("drop", note={"connections_reset": 2}, fds_delta=-3), passed=True),
+                  dict(_fault("kill-prefill", answered=1, drafted=1, serving_again_s=37.2, threads_delta=-6,
+                              note={"restart_s": kill_restart_s}, wrong=int(failing)), passed=not failing)]
+        return {"transport": transport, "prefills": prefills, "faults": faults}
+
+    result = {"profile": Profile().__dict__, "date": "2026-12-06", "commit": "abc1234", "wall_s": 600,
+              "deployments": [deployment("zmq", 1, 32.1), deployment("mooncake", 3, 51.6)]}  # fmt: skip
+    caption, _, header, _, *rows = matrix_markdown(result).splitlines()
+    assert header == "| fault | zmq, 1 prefill | mooncake, 3 prefills |"
+    assert "memory x1.010 of idle, threads -6 to +0, file descriptors -3 to +1" in caption
+    assert "again 0.4 s after the recovery" in caption and caption.endswith("every fault passed.")
+    assert rows == ["| none | 10 (9) | 10 (9) |", "| drop | 8 (8), 2 reset | 8 (8), 2 reset |",
+                    "| kill-prefill | 1 (1); up in 32.1 s, serving 37.2 s after | 1 (1); up in 51.6 s, serving 37.2 s after |"]  # fmt: skip
+    result["deployments"][1] = deployment("mooncake", 3, 51.6, failing=True)
+    text = matrix_markdown(result)
+    assert "1 fault(s) FAILED" in text and "FAIL: 1 wrong, 0 hung, 0 unclear, held 0 / 0 / 0" in text
 
 
 def test_columns_that_are_zero_in_every_row_and_an_all_pass_verdict_are_said_once_above_the_table():
