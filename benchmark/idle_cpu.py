@@ -35,6 +35,7 @@ from lynx_deploy.models import prepare_smollm2
 from lynx_deploy.deployment import PDDeployment
 from lynx_deploy.processes import post_json
 from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
+from lynx_testing import provenance
 from lynx_testing.prompts import chat_prompt, long_question
 
 
@@ -146,11 +147,29 @@ def main(argv=None) -> int:
             flush=True,
         )
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"rows": rows, "load_at_end": os.getloadavg()}, indent=1))
+    stamp = {"date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(Path(__file__).parent),
+             "window_s": args.window_s, "prompt_tokens": args.prompt_tokens}  # fmt: skip
+    document = {**stamp, "rows": rows, "load_at_end": os.getloadavg()}
+    Path(args.json).write_text(json.dumps(document, indent=1))
+    print(markdown(document))
     worst = max(row["waiting"]["scheduler_cores"] for row in rows)
     print(f"largest scheduler share while waiting: {worst:.3f} cores (median of modes "
           f"{statistics.median(r['waiting']['scheduler_cores'] for r in rows):.3f})")  # fmt: skip
     return 0 if all(row["completed"] == row["requests"] for row in rows) else 1
+
+
+def markdown(document: dict) -> str:
+    """The docs' table (`scripts/doc_tables.py`): per mode the decode server's CPU, all its processes
+    and its scheduler alone, idle and with requests waiting for KV, and how many completed after."""
+    lines = [f"{document['date']}, commit {document['commit']}: {document['window_s']:g} s windows, prompts of "
+             f"{document['prompt_tokens']:,} tokens; cores (1.0 is one core busy), server / scheduler:", "",
+             "| mode | idle | requests waiting for KV | waiting | completed after |", "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for row in document["rows"]:
+        idle, waiting = row["idle"], row["waiting"]
+        lines.append(f"| `{row['mode']}` | {idle['server_cores']:.3f} / {idle['scheduler_cores']:.3f} | "
+                     f"{row['rooms_waiting']} | {waiting['server_cores']:.3f} / {waiting['scheduler_cores']:.3f} | "
+                     f"{row['completed']} of {row['requests']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ RENDERERS = {
     "serving_load": ("load.report", "markdown"),
     "fault_load": ("faults.report", "markdown"),
     "fault_matrix": ("faults.report", "matrix_markdown"),
+    "idle_cpu": ("idle_cpu", "markdown"),
     "pd_failures": ("faults.report", "single_markdown"),
     "ttft_sweep": ("ttft_verdicts", "markdown"),
     "codec_bytes": ("codec_report", "bytes_markdown"),

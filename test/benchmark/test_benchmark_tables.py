@@ -216,3 +216,15 @@ def test_the_cpu_table_spans_every_cell_and_gives_paced_accuracy_then_the_per_by
     assert costs == ("Per byte (1 MiB pieces): the frame MAC (keyed BLAKE2b-128) 1.07 s/GB, 7.5 Gbit/s per core; "
                      "a copy into a warm buffer 0.0231 s/GB, out into new `bytes` 0.31 s/GB, into a fresh 1 GiB "
                      "buffer (as `RequestAssembly` does: every page touched first) 2.2 s/GB.")  # fmt: skip
+
+
+def test_the_idle_cpu_table_gives_each_modes_cores_idle_and_waiting():
+    import idle_cpu
+
+    window = {"server_cores": 0.0351, "scheduler_cores": 0.0312, "window_s": 15.0}
+    document = {"date": "2026-12-07", "commit": "abc1234", "window_s": 15.0, "prompt_tokens": 1024,
+                "rows": [{"mode": "lynx", "idle": {**window, "server_cores": 0.019, "scheduler_cores": 0.017},
+                          "waiting": window, "rooms_waiting": 4, "requests": 4, "completed": 4}]}  # fmt: skip
+    lines = idle_cpu.markdown(document).splitlines()
+    assert lines[0].startswith("2026-12-07, commit abc1234: 15 s windows, prompts of 1,024 tokens")
+    assert lines[-1] == "| `lynx` | 0.019 / 0.017 | 4 | 0.035 / 0.031 | 4 of 4 |"
