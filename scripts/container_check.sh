@@ -10,7 +10,19 @@
 #   scripts/container_check.sh --compose    the same, the three containers brought up
 #                                           from deploy/compose.yaml with podman-compose
 #   scripts/container_check.sh --no-cache   rebuild every layer, then check
+#   scripts/container_check.sh --json PATH  also record the run, passed or failed, in PATH
+#                                           (with --compose or --no-cache too)
 #   scripts/container_check.sh --prepare    only install podman and make the base image
+#
+# --json appends one record to PATH's {"runs": [...]} (made when missing) as
+# the run ends, whatever ended it: its date, commit, host (cores, CPU, memory,
+# load average), podman's version, the options, whether the build started
+# from an empty layer cache (--no-cache, or no image but the base; null when
+# unknown), the build seconds, the image's bytes, the seconds from starting
+# the containers to the router ready and to the first answer, the completion
+# (its seconds, text and meta_info["lynx"]), and passed or the failure.
+# benchmark/container_report.py renders docs/DEPLOY.md's table from it. It
+# needs python3 on the host.
 #
 # Runs podman with host networking; every server binds 127.0.0.1 and takes its
 # PD addresses from SGLANG_HOST_IP=127.0.0.1, so all traffic stays on loopback.
@@ -27,7 +39,6 @@
 # by podman instead of made), LYNX_CHECK_TIMEOUT (seconds to wait for the
 # router, default 900).
 set -euo pipefail
-cd "$(dirname "$0")/.."
 
 IMAGE=${LYNX_IMAGE:-localhost/lynx:cpu}
 BASE_IMAGE=${LYNX_BASE_IMAGE:-localhost/debian:bookworm-slim}
@@ -41,21 +52,137 @@ HOST=127.0.0.1
 PODMAN_COMPOSE=podman-compose==1.6.0
 COMPOSE_FILE=deploy/compose.yaml
 
+usage() { awk 'NR == 1 { next } !/^#/ { exit } { sub(/^# ?/, ""); print }' "$0"; }
+refuse() { echo "[check] $*" >&2; exit 2; }
+
 prepare_only=0
 compose=0
 build_flags=()
-for arg in "$@"; do
-    case "$arg" in
+json_out=""
+while (($#)); do
+    case "$1" in
         --prepare) prepare_only=1 ;;
         --compose) compose=1 ;;
         --no-cache) build_flags+=(--no-cache) ;;
-        -h | --help) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "[check] unknown argument: $arg (see --help)" >&2; exit 2 ;;
+        --json)
+            if (($# < 2)) || [[ $2 == -* ]]; then refuse "--json needs a PATH (see --help)"; fi
+            json_out=$2
+            shift
+            ;;
+        -h | --help) usage; exit 0 ;;
+        *) refuse "unknown argument: $1 (see --help)" ;;
     esac
+    shift
 done
+if [[ -n $json_out ]]; then
+    ((!prepare_only)) || refuse "--json records a check, which --prepare does not run"
+    command -v python3 >/dev/null || refuse "--json needs python3"
+    [[ $json_out == /* ]] || json_out="$PWD/$json_out"
+    [[ -d $(dirname "$json_out") ]] || refuse "--json $json_out: no such directory"
+fi
+cd "$(dirname "$0")/.."
 
 say() { echo "[check] $*"; }
-die() { echo "[check] FAILED: $*" >&2; exit 1; }
+failure=""  # die's message, for the run record
+die() { failure=$*; echo "[check] FAILED: $*" >&2; exit 1; }
+
+# --- the run record (--json) ------------------------------------------------------------------
+
+started=$(date +%s)
+# What the run measured; empty until measured.
+layer_cache_empty="" build_s="" image_bytes="" ready_s="" first_answer_s="" result=""
+
+# `check PATH`: exit 1 unless PATH is missing or holds {"runs": [...]}.
+# `write PATH CLIENT_JSON KEY=VALUE...`: append one record to PATH's runs.
+recorder=$(cat <<'PY'
+import json, os, sys, time
+
+def recorded(path):
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path) as f:
+            runs = json.load(f)["runs"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f'[check] {path} does not hold {{"runs": [...]}}: {exc}')
+    if not isinstance(runs, list):
+        raise SystemExit(f'[check] {path}: "runs" is not a list')
+    return runs
+
+def proc_field(name, key):  # the value of a "key: value" line of /proc/<name>
+    try:
+        with open(f"/proc/{name}") as f:
+            for line in f:
+                field, _, value = line.partition(":")
+                if field.strip() == key:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+mode, path = sys.argv[1:3]
+runs = recorded(path)
+if mode == "check":
+    sys.exit(0)
+client, given = sys.argv[3], dict(arg.split("=", 1) for arg in sys.argv[4:])
+try:
+    completion = json.loads(client)
+except ValueError:
+    completion = None
+
+def number(key):
+    return int(given[key]) if given[key] else None
+
+def flag(key):
+    return given[key] == "1" if given[key] else None
+
+memory = proc_field("meminfo", "MemTotal")
+record = {
+    "date": time.strftime("%Y-%m-%d"), "commit": given["commit"] or None,
+    "host": {"cpus": os.cpu_count(), "cpu_model": proc_field("cpuinfo", "model name"),
+             "memory_bytes": int(memory.split()[0]) * 1024 if memory else None,
+             "load_average": [round(x, 2) for x in os.getloadavg()]},
+    "podman": given["podman"] or None, "podman_compose": given["podman_compose"] or None,
+    "image": given["image"], "compose": flag("compose"), "no_cache": flag("no_cache"),
+    "layer_cache_empty": flag("layer_cache_empty"), "build_s": number("build_s"),
+    "image_bytes": number("image_bytes"), "router_ready_s": number("router_ready_s"),
+    "first_answer_s": number("first_answer_s"), "completion": completion,
+    "total_s": number("total_s"), "passed": flag("passed"), "failure": given["failure"] or None,
+}
+new = not os.path.exists(path)
+with open(path, "w") as f:
+    f.write(json.dumps({"runs": [*runs, record]}, indent=1) + "\n")
+if new and "SUDO_UID" in os.environ:
+    os.chown(path, int(os.environ["SUDO_UID"]), int(os.environ["SUDO_GID"]))
+print(f"[check] recorded as run {len(runs) + 1} of {path}")
+PY
+)
+
+git_() {  # git as the user who ran sudo: git refuses root in another user's checkout
+    if [[ -n ${SUDO_USER:-} ]] && command -v sudo >/dev/null; then sudo -n -u "$SUDO_USER" git "$@"; else git "$@"; fi
+}
+commit=""
+if [[ -n $json_out ]]; then
+    python3 -c "$recorder" check "$json_out" || exit 2
+    commit=$(git_ rev-parse --short HEAD 2>/dev/null) || commit=""
+fi
+
+record() {  # RC: append this run, which ends with exit status RC, to $json_out
+    local rc=$1 message=$failure podman_version="" compose_version=""
+    if ((rc == 130)); then
+        message="interrupted"
+    elif ((rc != 0)) && [[ -z $message ]]; then
+        message="exited with status $rc"
+    fi
+    podman_version=$(podman --version 2>/dev/null | awk '{ print $3 }') || podman_version=""
+    if ((compose)); then compose_version=${PODMAN_COMPOSE#*==}; fi
+    python3 -c "$recorder" write "$json_out" "$result" \
+        commit="$commit" podman="$podman_version" podman_compose="$compose_version" image="$IMAGE" \
+        compose="$compose" no_cache="$((${#build_flags[@]} > 0))" layer_cache_empty="$layer_cache_empty" \
+        build_s="$build_s" image_bytes="$image_bytes" router_ready_s="$ready_s" \
+        first_answer_s="$first_answer_s" total_s="$(($(date +%s) - started))" \
+        passed="$((rc == 0))" failure="$message"
+}
 
 WORK=$(mktemp -d -t lynx-container-check.XXXXXX)
 containers=()
@@ -64,6 +191,9 @@ project=""  # the compose project, once brought up
 
 cleanup() {
     local rc=$?
+    if [[ -n $json_out ]]; then
+        record "$rc" || echo "[check] could not record this run in $json_out" >&2
+    fi
     if ((${#containers[@]})); then
         if ((rc != 0)); then
             for name in "${containers[@]}"; do
@@ -158,6 +288,15 @@ ca_mount=()
 # pip inside the build trusts the host's CA bundle, mounted for the build only.
 if [[ -s /etc/ssl/certs/ca-certificates.crt ]]; then
     ca_mount=(--volume /etc/ssl/certs:/etc/ssl/certs:ro)
+fi
+# Whether the build starts from an empty layer cache: with --no-cache, or with
+# nothing in podman's storage but the base image; unknown ("") otherwise.
+if ((${#build_flags[@]})); then
+    layer_cache_empty=1
+elif podman_ image exists "$IMAGE"; then
+    layer_cache_empty=0
+elif [[ $(podman_ images --all --quiet | sort -u | wc -l) == 1 ]]; then
+    layer_cache_empty=1
 fi
 say "building $IMAGE (--target cpu; the first build downloads about 5 GB of wheels)"
 build_start=$(date +%s)

@@ -32,6 +32,7 @@ RENDERERS = {
     "fault_load": ("faults.report", "markdown"),
     "fault_matrix": ("faults.report", "matrix_markdown"),
     "idle_cpu": ("idle_cpu", "markdown"),
+    "container_check": ("container_report", "markdown"),
     "pd_failures": ("faults.report", "single_markdown"),
     "ttft_sweep": ("ttft_verdicts", "markdown"),
     "codec_bytes": ("codec_report", "bytes_markdown"),
