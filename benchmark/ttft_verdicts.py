@@ -178,11 +178,13 @@ def markdown(document: dict) -> str:
     """The docs' table of a ``--side-by-side`` sweep's JSON (`scripts/doc_tables.py`): per link rate
     and request type, each ``lynx`` row against the mode timed beside it (medians; in brackets the
     median of per-request ratios), what ``lynx`` drafted, its answers judged against ``int8``'s, the
-    verdict; then the totals, and every parting with its gap."""
+    verdict; then the totals, and every parting with its gap. The ``int4`` columns are left out of a
+    sweep that ran no ``int4`` pair."""
     rows = document["rows"]
     index = _served_points(rows)
     later = [k for k in nth_keys(rows) if k != "t1_s"]
-    header = ["BF16 xfer / prefill", "type", "`int4` t1", "`lynx` t1", "lynx/int4 t1", "`int8` t1", "`lynx` t1",
+    with4 = any(r["mode"] == "int4" for r in rows)
+    header = ["BF16 xfer / prefill", "type", *(["`int4` t1", "`lynx` t1", "lynx/int4 t1"] if with4 else []), "`int8` t1", "`lynx` t1",
               *[f"lynx/int8 {k[:-2]}" if i == 0 else k[:-2] for i, k in enumerate(later)],
               "drafted (accepted)", "rollbacks", "`lynx` = `int8`", "verdict"]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
@@ -201,8 +203,8 @@ def markdown(document: dict) -> str:
         ratios = [_ratio(entry, f"{k[:-2]}_vs_int8") for k in later]
         spans = [r["bf16_transfer_to_prefill"] for r in rows if r["link_gbps"] == rate and r.get("bf16_transfer_to_prefill")]
         verdict = {True: "met", False: "miss", None: "-"}[entry["met"]]
-        cells = [_span(spans), kind, _seconds(int4), _seconds(lynx4 if int4 else None), _ratio(entry, "t1_vs_int4"),
-                 _seconds(int8), _seconds(lynx8 if int8 else None), *ratios, _drafted(lynx_rows),
+        versus4 = [_seconds(int4), _seconds(lynx4 if int4 else None), _ratio(entry, "t1_vs_int4")] if with4 else []
+        cells = [_span(spans), kind, *versus4, _seconds(int8), _seconds(lynx8 if int8 else None), *ratios, _drafted(lynx_rows),
                  str(sum(r.get("rollbacks", 0) for r in lynx_rows)), _judged(lynx8.get("judged")), verdict]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
         if lynx8.get("judged"):

@@ -248,6 +248,8 @@ def test_the_docs_table_sets_each_lynx_row_against_the_mode_beside_it_and_lists_
     assert parting == "- 0.02 Gbit/s, greedy, repeat 1: near tie at output token 34, gap 0.0080 nats"
     dated = {"rows": rows, "date": "2026-12-07", "commit": "abc1234", "wall_s": 1800, "args": {"repeats": 2}}
     assert ttft_verdicts.markdown(dated).startswith("2026-12-07, commit abc1234, 30 min; medians of 2 repeats, seconds:\n\n| ")
+    without4 = ttft_verdicts.markdown({"rows": [r for r in rows if r["mode"] != "int4"]}).splitlines()
+    assert "int4" not in without4[0] and without4[2].startswith("| 3.6-4.2 | greedy | 9.00 | 5.20 | 0.90 (0.92) | 32 (30), 32 (30) |")
 
 
 def test_the_json_keeps_each_runs_tokens_but_not_its_top_logprobs(tmp_path):
