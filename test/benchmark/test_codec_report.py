@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmark"
+from benchmark_modules import load
 
 
 @pytest.fixture(scope="module")
 def reports():
-    sys.path.insert(0, str(BENCHMARK))
-    try:
-        import codec_bytes
-        import codec_report
-        import codec_speed_report
-    finally:
-        sys.path.remove(str(BENCHMARK))
-    return codec_bytes, codec_report, codec_speed_report
+    return load("codec_bytes", "codec_report", "codec_speed_report")
 
 
 def quality_row(spec, stages, num_stages, bytes_per_token, err, agreement, gaps, **design):

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from benchmark_modules import load
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARK = ROOT / "benchmark"
 SCRIPT = ROOT / "scripts" / "container_check.sh"
 
 HOST = {"cpus": 2, "cpu_model": "AMD EPYC 7B13", "memory_bytes": 24 << 30, "load_average": [5.1, 4.8, 4.2]}
@@ -51,12 +51,8 @@ RUNS = [
 
 @pytest.fixture(scope="module")
 def report():
-    sys.path.insert(0, str(BENCHMARK))
-    try:
-        import container_report
-    finally:
-        sys.path.remove(str(BENCHMARK))
-    return container_report
+    (module,) = load("container_report")
+    return module
 
 
 def rows(markdown: str) -> dict[str, str]:
