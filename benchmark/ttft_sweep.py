@@ -333,6 +333,10 @@ def deployment(model, mode: str, rate: float, segment: int, transport: str, args
     return PDDeployment(model, lynx_args, extra_args=server_args, log_dir=log_dir, max_total_tokens=32768)
 
 
+# Arguments of this run on this machine only (where its logs went, when it started), not in the JSON.
+LOCAL_ARGS = ("started", "log_dir")
+
+
 def write_json(args, rows: list[dict]) -> None:
     """The rows (each run's tokens, not its top logprobs, which only the judging reads), verdicts and judgement."""
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -340,7 +344,7 @@ def write_json(args, rows: list[dict]) -> None:
     kept = [r | {"runs": [{k: v for k, v in run.items() if k != "tops"} for run in r["runs"]]} for r in rows]
     wall_s = round(time.time() - args.started) if getattr(args, "started", None) else None
     document = {"date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(Path(__file__).parent), "wall_s": wall_s,
-                "args": {k: v for k, v in vars(args).items() if k != "started"}, "rows": kept,
+                "args": {k: v for k, v in vars(args).items() if k not in LOCAL_ARGS}, "rows": kept,
                 "verdicts": verdicts(rows), "pipelining": pipelining(rows), "overlap": overlap(rows),
                 "agreement": agreement(rows)}  # fmt: skip
     Path(args.json).write_text(json.dumps(document, indent=2))
