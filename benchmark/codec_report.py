@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import doc_markdown as md
+
 STREAM_NAMES = {1: "anchor", 2: "residual"}
 
 
@@ -19,7 +21,7 @@ def bytes_markdown(document: dict) -> str:
         bf16 = shape["bf16_bytes_per_token"]
         lines += [f"**{shape['model']}** ({shape['kv_heads']} KV heads × {shape['head_dim']}, "
                   f"{shape['layers']} layers; BF16: {bf16 // shape['layers']:,} B per layer, {bf16:,} B in all):", "",
-                  _header(["preset", "anchor", "residual(s)", "all streams", "sink tokens per request"])]  # fmt: skip
+                  *md.head(["preset", "anchor", "residual(s)", "all streams", "sink tokens per request"])]  # fmt: skip
         for row in shape["specs"]:
             anchor, *residuals = row["stream_bytes_per_token"]
             residual = "—" if not residuals else (" + ".join(f"{b:,.0f}" for b in residuals)
@@ -32,7 +34,7 @@ def bytes_markdown(document: dict) -> str:
             total = sum(row["stream_bytes_per_token"])
             cells = [spec_label(row["spec"]), f"{anchor:,.0f} ({anchor / bf16:.3f})", residual,
                      f"{total:,.0f} ({total / bf16:.3f})", fixed]  # fmt: skip
-            lines.append(_row(cells))
+            lines.append(md.line(cells))
         lines.append("")
     first = document["shapes"][0]
     int8 = next(row for row in first["specs"] if row["spec"] == "int8")
@@ -56,12 +58,12 @@ def quality_markdown(document: dict) -> str:
              f"heads, {config['kv_heads']} KV heads); {config['continuation']} tokens teacher-forced: {positions} "
              f"positions (one is {1 / positions:.3f} of agreement), {config['near_tie_positions']} near ties on the "
              f"BF16 cache.", "",
-             _header(["spec", "streams used", "B/token used", "of BF16", "attn err mean", "attn err max",
+             *md.head(["spec", "streams used", "B/token used", "of BF16", "attn err mean", "attn err max",
                       "top-1 agree", "parted (near tie)", "top-2 gap"])]  # fmt: skip
     for row in document["results"]:
         if "study" in row:
             continue
-        lines.append(_row([spec_label(row["spec"]), f"{row['stages']}/{row['num_stages']}",
+        lines.append(md.line([spec_label(row["spec"]), f"{row['stages']}/{row['num_stages']}",
                            f"{row['bytes_per_token']:,.1f}", f"{row['of_bf16']:.4f}", *_quality(row), _gaps(row)]))
     return "\n".join(lines) + "\n"
 
@@ -71,22 +73,22 @@ def anchor_markdown(document: dict) -> str:
     attention error's change, against the baseline design."""
     rows = _study(document, "anchor")
     base = next(row for row in rows if row.get("role") == "baseline")
-    lines = [_header(["design", "B/token", "bytes", "attn err mean", "attn err max", "top-1 agree",
+    lines = [*md.head(["design", "B/token", "bytes", "attn err mean", "attn err max", "top-1 agree",
                       "parted (near tie)"])]
     for row in rows:
         mean, *rest = _quality(row)
         if row is not base:
             mean += f" ({_percent(row['attn_err_mean'] / base['attn_err_mean'] - 1, 1)})"
         change = "—" if row is base else _percent(row["bytes_per_token"] / base["bytes_per_token"] - 1, 2)
-        lines.append(_row([design_label(row), f"{row['bytes_per_token']:,.1f}", change, mean, *rest]))
+        lines.append(md.line([design_label(row), f"{row['bytes_per_token']:,.1f}", change, mean, *rest]))
     return "\n".join(lines) + "\n"
 
 
 def residual_markdown(document: dict) -> str:
     """The residual designs (a 4-bit anchor refined by 4 more bits), decoded from every stream."""
-    lines = [_header(["design", "B/token", "attn err mean", "attn err max", "top-1 agree", "parted (near tie)"])]
+    lines = [*md.head(["design", "B/token", "attn err mean", "attn err max", "top-1 agree", "parted (near tie)"])]
     for row in _study(document, "residual"):
-        lines.append(_row([design_label(row), f"{row['bytes_per_token']:,.1f}", *_quality(row)]))
+        lines.append(md.line([design_label(row), f"{row['bytes_per_token']:,.1f}", *_quality(row)]))
     return "\n".join(lines) + "\n"
 
 
@@ -137,11 +139,3 @@ def _signed_bytes(value: float) -> str:
 def _streams(values: list[float], bf16: int) -> str:
     named = [f"{STREAM_NAMES.get(i, f'stream {i}')} {b:,.1f} B ({b / bf16:.4f})" for i, b in enumerate(values, 1)]
     return ", ".join(named)
-
-
-def _header(names: list[str]) -> str:
-    return _row(names) + "\n|" + " --- |" * len(names)
-
-
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"

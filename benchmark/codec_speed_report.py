@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import doc_markdown as md
+
 GPU_OPS = {"encode": "encode", "decode anchor": "decode anchor only", "decode all": "decode all streams"}
 
 
@@ -19,10 +21,10 @@ def throughput_markdown(document: dict) -> str:
     for shape in document["shapes"]:
         presets = _presets(shape)
         lines += [_shape_title(shape) + ":", "",
-                  _header(["op", *[f"`{p}` GB/s (vs copy)" if i == 0 else f"`{p}`" for i, p in enumerate(presets)]])]
+                  *md.head(["op", *[f"`{p}` GB/s (vs copy)" if i == 0 else f"`{p}`" for i, p in enumerate(presets)]])]
         for op, cells in _op_rows(shape, presets):
             text = [_cell(row, lambda r: f"{r['gb_per_s']:.3f} ({r['vs_copy']:.4f})") for row in cells]
-            lines.append(_row([op, *text]))
+            lines.append(md.line([op, *text]))
         copy, gather = _baselines(shape)
         lines += ["", f"Baselines in the same run: copy {copy['gb_per_s']:.1f} GB/s, "
                       f"gather `pool[slots]` {gather['gb_per_s']:.2f} GB/s.", ""]  # fmt: skip
@@ -34,11 +36,11 @@ def throughput_ms_markdown(document: dict) -> str:
     shapes = document["shapes"]
     columns = [(shape, preset) for shape in shapes for preset in _presets(shape)]
     names = [f"{_shape_short(s)} `{p}`" if p == _presets(s)[0] else f"`{p}`" for s, p in columns]
-    lines = [_header(["median ms", *names])]
+    lines = md.head(["median ms", *names])
     per_shape = [dict(_op_rows(shape, _presets(shape))) for shape in shapes]
     for op in per_shape[0]:
         cells = [per_shape[shapes.index(s)][op][_presets(s).index(p)] for s, p in columns]
-        lines.append(_row([op, *[_cell(row, lambda r: _ms(r["median_s"])) for row in cells]]))
+        lines.append(md.line([op, *[_cell(row, lambda r: _ms(r["median_s"])) for row in cells]]))
     baselines = [(_shape_short(s), *(_ms(row["median_s"]) for row in _baselines(s))) for s in shapes]
     lines += ["", "Baselines in the same run, ms: " + "; ".join(
         f"{name}: copy {copy}, gather `pool[slots]` {gather}" for name, copy, gather in baselines) + "."]
@@ -51,11 +53,11 @@ def gpu_bandwidth_markdown(document: dict) -> str:
     shape, rows = document["shape"], document["bandwidth"]
     presets = list(dict.fromkeys(row["preset"] for row in rows))
     title = f"{shape['tokens']:,} tokens ({_mib(shape):,.0f} MiB of K+V)"
-    lines = [_header([title, *[f"`{p}`" for p in presets]])]
+    lines = md.head([title, *[f"`{p}`" for p in presets]])
     for op, path in dict.fromkeys((row["op"], row["path"]) for row in rows):
         cells = [next(r for r in rows if (r["op"], r["path"], r["preset"]) == (op, path, p)) for p in presets]
         text = [f"{r['GB/s']:,.0f} ({r['vs copy']:.3f})" if path == "kernel" else f"{r['GB/s']:,.0f}" for r in cells]
-        lines.append(_row([f"{GPU_OPS.get(op, op)}, {path}", *text]))
+        lines.append(md.line([f"{GPU_OPS.get(op, op)}, {path}", *text]))
     copy, gather, scatter = _gpu_baselines(rows)
     lines += ["", f"{document['device']}, medians of {document['repeats']} CUDA-event timings; in parentheses the "
                   f"fraction of a device copy of the same bytes in the same run ({copy:,.0f} GB/s; index gather of "
@@ -80,12 +82,8 @@ def gpu_bandwidth_sentence(document: dict) -> str:
 def _setting(config: dict) -> str:
     load = config.get("load_average")
     busy = f", load average {load[0]:.1f} before and {load[1]:.1f} after" if load else ""
-    return (f"{config['date']}, {config['processor']}, {_count(config['threads'], 'torch thread')}{busy}; median "
-            f"of {_count(config['repeats'], 'run')} after {_count(config['warmup'], 'warm-up run')}.")
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
+    return (f"{config['date']}, {config['processor']}, {md.count(config['threads'], 'torch thread')}{busy}; median "
+            f"of {md.count(config['repeats'], 'run')} after {md.count(config['warmup'], 'warm-up run')}.")
 
 
 def _presets(shape: dict) -> list[str]:
@@ -140,11 +138,3 @@ def _cell(row: dict | None, text) -> str:
 def _ms(seconds: float) -> str:
     milliseconds = seconds * 1e3
     return f"{milliseconds:.3g}" if milliseconds < 100 else f"{milliseconds:,.0f}"
-
-
-def _header(names: list[str]) -> str:
-    return _row(names) + "\n|" + " --- |" * len(names)
-
-
-def _row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"

@@ -19,6 +19,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import doc_markdown as md
+
 GB = 1e9
 GIB = 1 << 30
 
@@ -50,8 +52,7 @@ def markdown(document: dict) -> str:
         where = ", `--compose`" if last.get("compose") else ""
         rows.append((f'`meta_info["lynx"]` of the last completion ({last["date"]}{where})',
                      _lynx(last["completion"]["lynx"])))  # fmt: skip
-    lines = [_hosts(runs), "", "| figure | value |", "| --- | --- |"]
-    lines += [f"| {figure} | {value} |" for figure, value in rows if value]
+    lines = [_hosts(runs), "", *md.table(["figure", "value"], [(figure, value) for figure, value in rows if value])]
     return "\n".join(lines) + "\n"
 
 

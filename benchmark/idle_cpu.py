@@ -38,6 +38,8 @@ from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing import provenance
 from lynx_testing.prompts import chat_prompt, long_question
 
+import doc_markdown as md
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -163,12 +165,12 @@ def markdown(document: dict) -> str:
     and its scheduler alone, idle and with requests waiting for KV, and how many completed after."""
     lines = [f"{document['date']}, commit {document['commit']}: {document['window_s']:g} s windows, prompts of "
              f"{document['prompt_tokens']:,} tokens; cores (1.0 is one core busy), server / scheduler:", "",
-             "| mode | idle | requests waiting for KV | waiting | completed after |", "| --- | --- | --- | --- | --- |"]  # fmt: skip
+             *md.head(["mode", "idle", "requests waiting for KV", "waiting", "completed after"])]  # fmt: skip
     for row in document["rows"]:
         idle, waiting = row["idle"], row["waiting"]
-        lines.append(f"| `{row['mode']}` | {idle['server_cores']:.3f} / {idle['scheduler_cores']:.3f} | "
-                     f"{row['rooms_waiting']} | {waiting['server_cores']:.3f} / {waiting['scheduler_cores']:.3f} | "
-                     f"{row['completed']} of {row['requests']} |")  # fmt: skip
+        lines.append(md.line([f"`{row['mode']}`", f"{idle['server_cores']:.3f} / {idle['scheduler_cores']:.3f}",
+                              str(row["rooms_waiting"]), f"{waiting['server_cores']:.3f} / {waiting['scheduler_cores']:.3f}",
+                              f"{row['completed']} of {row['requests']}"]))  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

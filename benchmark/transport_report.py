@@ -8,6 +8,8 @@ column; the others stay in the JSON.
 
 from __future__ import annotations
 
+import doc_markdown as md
+
 NONE = "—"
 SHOWN = ("zmq", "zmq-curve", "mooncake", "mooncake-engine")
 BASELINES = ("zmq", "zmq-curve")  # the variants `transport_compare.unpaced_rows` sets each cell against
@@ -20,7 +22,7 @@ def throughput_markdown(document: dict) -> str:
     variants = _shown(config)
     ratios = [b for b in BASELINES if b in config["variants"]] if "mooncake" in config["variants"] else []
     header = ["payload", "chunk", *(f"`{v}`" for v in variants), *(f"mooncake / {b}" for b in ratios)]
-    lines = [_setting(document) + "; medians of the repeats, Gbit/s:", "", *_table_head(header)]
+    lines = [_setting(document) + "; medians of the repeats, Gbit/s:", "", *md.head(header)]
     cells = {(r["mode"], r["mib"], r["chunk_kib"], r["variant"]): r for r in rows}
     for mode in config["modes"]:
         for size in sorted(config["sizes"]):
@@ -29,7 +31,7 @@ def throughput_markdown(document: dict) -> str:
                 gbps = [_number(cells.get((*key, v), {}).get("gbps"), ".1f") for v in variants]
                 mooncake = cells.get((*key, "mooncake"), {})
                 shares = [_number(mooncake.get(f"ratio_to_{b}"), ".2f") for b in ratios]
-                lines.append(_line([f"{mode}, {_size(size)}", _size(chunk), *gbps, *shares]))
+                lines.append(md.line([f"{mode}, {_size(size)}", _size(chunk), *gbps, *shares]))
     return "\n".join(lines) + "\n"
 
 
@@ -44,19 +46,19 @@ def cpu_markdown(document: dict) -> str:
     lead = (f"CPU process seconds per GB (all threads; the span over every unpaced cell's median) and paced "
             f"accuracy (achieved / set rate; {config['paced_mib']:g} MiB, {_size(min(config['chunks']))} chunks, "
             "frames), same run:")  # fmt: skip
-    lines = [lead, "", *_table_head(["", *(f"`{v}`" for v in variants)])]
+    lines = [lead, "", *md.head(["", *(f"`{v}`" for v in variants)])]
 
     def spread(variant: str, key: str, mode: str | None = None) -> str:
         values = [r[key] for r in unpaced if r["variant"] == variant and mode in (None, r["mode"])]
         return _span(values)
 
-    lines.append(_line(["sender CPU s/GB", *(spread(v, "sender_cpu_s_per_gb") for v in variants)]))
+    lines.append(md.line(["sender CPU s/GB", *(spread(v, "sender_cpu_s_per_gb") for v in variants)]))
     receiver = [f"{spread(v, 'receiver_cpu_s_per_gb', 'raw')} / {spread(v, 'receiver_cpu_s_per_gb', 'frames')}"
                 for v in variants]  # fmt: skip
-    lines.append(_line(["receiver CPU s/GB, raw / frames", *receiver]))
+    lines.append(md.line(["receiver CPU s/GB, raw / frames", *receiver]))
     for rate in config["rates_gbps"]:
         accuracy = [_number(paced.get((v, rate), {}).get("ratio"), ".3f") for v in variants]
-        lines.append(_line([f"paced at {rate:g} Gbit/s", *accuracy]))
+        lines.append(md.line([f"paced at {rate:g} Gbit/s", *accuracy]))
     return "\n".join([*lines, "", byte_costs_sentence(document)]) + "\n"
 
 
@@ -99,11 +101,3 @@ def _span(values: list[float]) -> str:
 
 def _number(value: float | None, spec: str) -> str:
     return NONE if value is None else format(value, spec)
-
-
-def _table_head(header: list[str]) -> list[str]:
-    return [_line(header), "|" + " --- |" * len(header)]
-
-
-def _line(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"

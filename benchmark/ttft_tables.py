@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 
+import doc_markdown as md
 from ttft_verdicts import _span, nth_keys, pipelining
 
 NONE = "—"
@@ -35,12 +36,12 @@ def transports_markdown(document: dict) -> str:
     times = nth_keys(rows)
     header = ["mode", *(POINT_FIELDS[f][0] for f in fields), *(k[:-2] for k in times),
               "anchor landed", "residual landed", "accepted"]  # fmt: skip
-    lines = [_lead(document, rows, with_ratio=True), "", *_table_head(header)]
+    lines = [_lead(document, rows, with_ratio=True), "", *md.head(header)]
     for row in rows:
         residual = row.get("residual_ready_s") if len(row.get("stream_bytes") or ()) > 1 else None
         arrivals = [_seconds(row.get("anchor_ready_s")), _seconds(residual)]
         cells = [f"`{row['mode']}`", *_point_cells(row, fields), *(_seconds(row.get(k)) for k in times), *arrivals]
-        lines.append(_line([*cells, _accepted(row)]))
+        lines.append(md.line([*cells, _accepted(row)]))
     return "\n".join(lines) + "\n"
 
 
@@ -57,12 +58,12 @@ def pipelining_markdown(document: dict) -> str:
     fields = _varying([row for row, _, _ in pairs], list(POINT_FIELDS))
     header = ["mode", *(POINT_FIELDS[f][0] for f in fields), "BF16 transfer / prefill", "pipelined t1", "whole t1",
               "pipelined / whole"]  # fmt: skip
-    lines = [_lead(document, [r for pair in pairs for r in pair[:2]]), "", *_table_head(header)]
+    lines = [_lead(document, [r for pair in pairs for r in pair[:2]]), "", *md.head(header)]
     for row, whole, entry in pairs:
         spans = [r["bf16_transfer_to_prefill"] for r in (row, whole) if r.get("bf16_transfer_to_prefill")]
         cells = [f"`{row['mode']}`", *_point_cells(row, fields), _span(spans), _seconds(row["t1_s"]),
                  _seconds(whole["t1_s"]), f"{entry['t1_on_over_off']:.3f}"]  # fmt: skip
-        lines.append(_line(cells))
+        lines.append(md.line(cells))
     return "\n".join(lines) + "\n"
 
 
@@ -78,7 +79,7 @@ def verify_markdown(document: dict) -> str:
     fields = ["link_gbps", "request_type", *_varying(lynx_rows, ["prompt_tokens", "segment_tokens", "transport"])]
     header = [*(POINT_FIELDS[f][0] for f in fields), "xfer/prefill", "requests", "drafted (accepted)",
               *(f"`{stage}`" for stage in STAGES)]  # fmt: skip
-    lines = [_lead(document, lynx_rows), "", *_table_head(header)]
+    lines = [_lead(document, lynx_rows), "", *md.head(header)]
     for group in points.values():
         spans = [r["bf16_transfer_to_prefill"] for r in group if r.get("bf16_transfer_to_prefill")]
         drafted = sum(r.get("speculative_tokens", 0) for r in group)
@@ -87,7 +88,7 @@ def verify_markdown(document: dict) -> str:
         stages = [NONE if medians is None else f"{medians[stage]:.3f}" for stage in STAGES]
         requests = str(sum(len(r["runs"]) for r in group))
         cells = [*_point_cells(group[0], fields), _span(spans), requests, f"{drafted} ({accepted})", *stages]
-        lines.append(_line(cells))
+        lines.append(md.line(cells))
     return "\n".join(lines) + "\n"
 
 
@@ -148,11 +149,3 @@ def _accepted(row: dict) -> str:
 
 def _seconds(value: float | None) -> str:
     return NONE if value is None else f"{value:.2f}"
-
-
-def _table_head(header: list[str]) -> list[str]:
-    return [_line(header), "|" + " --- |" * len(header)]
-
-
-def _line(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"

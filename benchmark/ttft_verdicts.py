@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import statistics
 
+import doc_markdown as md
+
 FLOOR = "floor"  # the rows of the single non-disaggregated server
 
 
@@ -187,7 +189,7 @@ def markdown(document: dict) -> str:
     header = ["BF16 xfer / prefill", "type", *(["`int4` t1", "`lynx` t1", "lynx/int4 t1"] if with4 else []), "`int8` t1", "`lynx` t1",
               *[f"lynx/int8 {k[:-2]}" if i == 0 else k[:-2] for i, k in enumerate(later)],
               "drafted (accepted)", "rollbacks", "`lynx` = `int8`", "verdict"]  # fmt: skip
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines = md.head(header)
     if document.get("date"):
         minutes = f", {document['wall_s'] / 60:.0f} min" if document.get("wall_s") else ""
         lines[:0] = [f"{document['date']}, commit {document['commit']}{minutes}; medians of "
@@ -206,14 +208,14 @@ def markdown(document: dict) -> str:
         versus4 = [_seconds(int4), _seconds(lynx4 if int4 else None), _ratio(entry, "t1_vs_int4")] if with4 else []
         cells = [_span(spans), kind, *versus4, _seconds(int8), _seconds(lynx8 if int8 else None), *ratios, _drafted(lynx_rows),
                  str(sum(r.get("rollbacks", 0) for r in lynx_rows)), _judged(lynx8.get("judged")), verdict]  # fmt: skip
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md.line(cells))
         if lynx8.get("judged"):
             judged.append(lynx8["judged"])
             partings += [(rate, kind, p) for p in lynx8["judged"]["partings"]]
     met = [e["met"] for e in entries.values() if e["met"] is not None]
     totals = {k: sum(j[k] for j in judged) for k in ("answers", "tokens_judged", "wrong", "near_ties")}
     lines += ["", f"{sum(met)} of {len(met)} cells meet the bar; `lynx`'s answers judged against `int8`'s: "
-              f"{totals['answers']} answers, {totals['tokens_judged']:,} tokens, {_count(totals['near_ties'], 'near tie')}, "
+              f"{totals['answers']} answers, {totals['tokens_judged']:,} tokens, {md.count(totals['near_ties'], 'near tie')}, "
               f"{totals['wrong']} wrong" + ("." if not partings else ":")]  # fmt: skip
     for rate, kind, p in partings:
         gap = "" if p.get("gap") is None else f", gap {p['gap']:.4f} nats"
@@ -249,13 +251,9 @@ def _judged(judged: dict | None) -> str:
         return "not judged"
     text = f"{judged['equal'] + judged['equal_after_near_ties']} of {judged['answers']}"
     if judged["near_ties"]:
-        text += f", {_count(judged['near_ties'], 'near tie')}"
+        text += f", {md.count(judged['near_ties'], 'near tie')}"
     if judged["wrong"]:
         text += f", {judged['wrong']} wrong"
     if judged["tokens_unchecked"]:
         text += f", {judged['tokens_unchecked']} tokens unchecked"
     return text
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime
 from collections.abc import Callable, Sequence
 
+import doc_markdown as md
 from evaluation.claims import COMPARABLE
 
 PAPER_SPEEDUP = 1.43  # the paper's best TTFT gain over 8-bit KV quantization
@@ -37,8 +38,7 @@ EARLY = {"pair": "pair", "prefill": "prefill server", True: "pair"}
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = [header, ["---"] * len(header), *rows]
-    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+    return "\n".join(md.table(header, rows))
 
 
 def _f(value, spec: str = ".2f") -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+import doc_markdown as md
 from evaluation.claims import claims
 from evaluation.plan import ModelPlan
 
@@ -18,10 +19,6 @@ def plan_summary(plan: ModelPlan) -> dict:
 
 def _f(value, spec=".2f") -> str:
     return "—" if value is None else format(value, spec)
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
 def render(results: dict, figures: dict[str, str]) -> str:
@@ -42,7 +39,7 @@ def render(results: dict, figures: dict[str, str]) -> str:
         "",
         "## Claims side by side",
         "",
-        *_table(["claim (paper)", "measured here", "status"], [[c["claim"], c["measured"], c["status"]] for c in claims(results)]),
+        *md.table(["claim (paper)", "measured here", "status"], [[c["claim"], c["measured"], c["status"]] for c in claims(results)]),
         "",
     ]
     for model, data in results["models"].items():
@@ -89,7 +86,7 @@ def _accuracy_table(data: dict) -> list[str]:
         cells = [_f(s["by_task"][t]["mean_score"]) if t in s["by_task"] else "—" for t in tasks]
         spec = f"{s['accepted_tokens']} / {s['speculative_tokens']}" if s["speculative_tokens"] else "—"
         rows.append([name, str(s["items"]), *cells, _f(s["mean_score"]), spec, str(s["rollbacks"]) if s["speculative_tokens"] else "—"])
-    return _table(["variant", "items", *tasks, "mean", "accepted / drafted", "rollbacks"], rows)
+    return md.table(["variant", "items", *tasks, "mean", "accepted / drafted", "rollbacks"], rows)
 
 
 def _comparison_lines(data: dict) -> list[str]:
@@ -114,7 +111,7 @@ def _item_table(data: dict) -> list[str]:
         for r in data["variants"][name]["items"]:
             scores.setdefault(r["item"], {})[name] = r["score"]
     rows = [[item, *(_f(by.get(n)) for n in names)] for item, by in scores.items()]
-    return _table(["item", *names], rows)
+    return md.table(["item", *names], rows)
 
 
 def _likelihood_table(lik: dict) -> list[str]:
@@ -127,7 +124,7 @@ def _likelihood_table(lik: dict) -> list[str]:
                      f"{dn['mean']:+.4f} [{dn['low']:+.4f}, {dn['high']:+.4f}]",
                      f"{top['mean']:.3f} [{top['low']:.3f}, {top['high']:.3f}]", str(kl["n"])])  # fmt: skip
     nll = next(iter(lik["summary"].values()))["nll_ref"]
-    return [*_table(["context KV", "KL(bf16 ‖ variant), nats/token [95% CI]", "Δ NLL, nats/token [95% CI]",
+    return [*md.table(["context KV", "KL(bf16 ‖ variant), nats/token [95% CI]", "Δ NLL, nats/token [95% CI]",
                      "top-1 agreement [95% CI]", "windows"], rows), "",
             f"bf16 reference: {nll:.3f} nats/token. `int8` is what `lynx` decodes after verification, `int4` its "
             "anchor, `2+6` what `lynx-2+6` decodes after verification, `2-bit` its anchor (no mode serves it alone)."]  # fmt: skip
@@ -145,7 +142,7 @@ def _speed_table(data: dict) -> list[str]:
                      *(_f(r.get(k)) for k in _SPEED_KEYS[1:])])  # fmt: skip
     header = ["variant", "Gbit/s", "prompt tokens", "xfer/prefill", "prefill s", "TTFT s", "vs bf16",
               "anchor landed s", "residual landed s", "accepted / drafted", "rollbacks", "t8 s", "t32 s"]  # fmt: skip
-    return [*_table(header, rows), "", f"Medians of {_repeats(data)} requests per row; times in seconds from the "
+    return [*md.table(header, rows), "", f"Medians of {_repeats(data)} requests per row; times in seconds from the "
             "client's request; `anchor landed` is when all of the KV had landed in one-stream variants."]  # fmt: skip
 
 
@@ -161,7 +158,7 @@ def _estimator_table(data: dict) -> list[str]:
              _f(c["measured_ttft_s"]), _f(c.get("estimate_over_measured"))] for c in check]  # fmt: skip
     codec = ", ".join(f"{n} {r['encode_gbps'] * 1e3:.0f}/{r['decode_gbps'] * 1e3:.0f}"
                       for n, r in data["codec_rates"].items())  # fmt: skip
-    return [*_table(["variant", "Gbit/s", "xfer/prefill", "estimated TTFT s", "measured TTFT s", "estimate / measured"], rows),
+    return [*md.table(["variant", "Gbit/s", "xfer/prefill", "estimated TTFT s", "measured TTFT s", "estimate / measured"], rows),
             "", f"Inputs: prefill {data['estimator_prefill_s']:.2f} s (bf16 calibration), codec encode/decode "
             f"MB/s on this model's KV: {codec}; pipeline units: each layer of each 512-token prefill chunk (Lynx "
             "streams layer by layer on this platform), each chunk for `stock`."]  # fmt: skip
@@ -182,7 +179,7 @@ def _timing_table(data: dict) -> list[str]:
             rows.append([name, _early(t.get("early_start")), _f(t.get("start_wait_s"), ".0f"),
                          _f(t.get("speed_s"), ".0f"), _f(t.get("items_s"), ".0f")])  # fmt: skip
     wait = data.get("scoring_wait_s")
-    return [*_table(["variant", "started early", "waited for its start s", "speed rows s", "task items s"], rows), "",
+    return [*md.table(["variant", "started early", "waited for its start s", "speed rows s", "task items s"], rows), "",
             "An early start (of the pair, or of its prefill server only where two pairs do not fit in memory) "
             "runs while the previous variant answers its task items (never during speed rows). "
             f"Left to wait for the held-out scoring at the end: {_f(wait, '.0f')} s."]  # fmt: skip
@@ -193,7 +190,7 @@ def _cluster_section(cluster: dict, figures: dict[str, str]) -> list[str]:
     for model, (tflops, what) in cluster["assumptions"].items():
         lines.append(f"* {model}: prefill compute-bound at {tflops:g} TFLOP/s effective ({what}); 8,192-token "
                      "prefill chunks; codec time not counted.")  # fmt: skip
-    lines += ["", *_table(["model", "tokens", "Gbit/s", "bf16 xfer/prefill", "bf16 s", "int8 s", "int4 s", "lynx s",
+    lines += ["", *md.table(["model", "tokens", "Gbit/s", "bf16 xfer/prefill", "bf16 s", "int8 s", "int4 s", "lynx s",
                            "lynx-2+6 s", "int8 / lynx"], _cluster_rows(cluster))]  # fmt: skip
     if "estimate" in figures:
         lines += ["", f"![estimate]({figures['estimate']})"]

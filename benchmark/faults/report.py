@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doc_markdown as md
 from faults.levels import MEMORY_SLACK
 from faults.outcome import cause
 
@@ -61,14 +62,13 @@ def markdown(result: dict) -> str:
         f"{p['rate']:g}/s) on a {p['link_gbps']:g} Gbit/s link, timeout {p['transfer_timeout_s']:g} s"
         + "".join(f"; {s}" for s in said) + ".",
         "",
-        "| " + " | ".join(h for h, _ in columns) + (" | verdict |" if verdicts else " |"),
-        "|" + " --- |" * (len(columns) + verdicts),
+        *md.head([h for h, _ in columns] + (["verdict"] if verdicts else [])),
     ]
     for d in result["deployments"]:
         name = f"{d['transport']}, {d['prefills']} prefill" + ("s" if d["prefills"] > 1 else "")
         for f in d["faults"]:
             cells = [name] + [str(cell(f)) for _, cell in columns[1:]] + (["pass" if f["passed"] else "FAIL"] if verdicts else [])
-            lines.append("| " + " | ".join(cells) + " |")
+            lines.append(md.line(cells))
     for d in result["deployments"]:
         if "soak" in d:
             lines += ["", _soak_line(d)]
@@ -157,14 +157,13 @@ def matrix_markdown(result: dict) -> str:
         f"{_span(others, 'g')} s after the recovery (a kill: in its cell)"
         + (f"; {QUIET_SENTENCE}; every fault passed." if not failing else f"; {len(failing)} fault(s) FAILED."),
         "",
-        "| fault | " + " | ".join(_deployment(d) for d in deployments) + " |",
-        "|" + " --- |" * (len(deployments) + 1),
+        *md.head(["fault", *(_deployment(d) for d in deployments)]),
     ]
     for name in dict.fromkeys(f["fault"] for f in faults):
         row = [next((f for f in d["faults"] if f["fault"] == name), None) for d in deployments]
         stalled = {(f.get("note") or {}).get("stalled_s") for f in row if f}
         label = name + (f" ({stalled.pop():g} s)" if len(stalled) == 1 and None not in stalled else "")
-        lines.append(f"| {label} | " + " | ".join(_matrix_cell(f) for f in row) + " |")
+        lines.append(md.line([label, *(_matrix_cell(f) for f in row)]))
     for d in deployments:
         if "error" in d:
             lines += ["", f"{_deployment(d)} stopped early: {d['error'][:300]}"]
