@@ -29,6 +29,8 @@ import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]
+
 _LAST_EVENT: contextvars.ContextVar[list | None] = contextvars.ContextVar("last_event", default=None)
 
 
@@ -68,7 +70,7 @@ def _record(event: dict | None, request_input, output, started_wall: float) -> d
         "prompt_len": request_input.prompt_len,
         "output_len": request_input.output_len,
         "success": output.success,
-        "error": output.error[-2000:] if output.error else "",
+        "error": output.error.replace(f"{ROOT}/", "")[-2000:] if output.error else "",  # no machine path in results
         "start_s": output.start_time,
         "started_wall": started_wall,
         "ttft_s": output.ttft,

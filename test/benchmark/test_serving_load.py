@@ -127,3 +127,16 @@ def test_the_recording_parser_keeps_the_last_event_and_reads_sse_comments_as_emp
         _LAST_EVENT.reset(token)
     assert holder[0]["meta_info"] == {"completion_tokens": 1}
     assert holder[1] == "upstream connect error"
+
+
+def test_a_recorded_error_names_the_repositorys_files_relative_to_it():
+    from types import SimpleNamespace
+
+    from load import capture
+
+    trace = f'Traceback:\n  File "{capture.ROOT}/benchmark/load/capture.py", line 9\nValueError: bad event'
+    request = SimpleNamespace(prompt=[1, 2], prompt_len=2, output_len=4)
+    output = SimpleNamespace(success=False, error=trace, start_time=0.0, ttft=0.0, latency=0.0, itl=[],
+                             generated_text="", output_len=0)  # fmt: skip
+    record = capture._record(None, request, output, 0.0)
+    assert record["error"] == 'Traceback:\n  File "benchmark/load/capture.py", line 9\nValueError: bad event'
