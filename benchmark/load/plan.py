@@ -27,6 +27,7 @@ REFERENCE_MODE = "int8"
 VARIANTS = {
     "strict": ("--lynx-residual-priority", "strict"),
     "deadline": ("--lynx-residual-priority", "deadline"),
+    "finish": ("--lynx-residual-priority", "finish"),
     "cap8": ("--lynx-max-speculative-tokens", "8"),
     "cap32": ("--lynx-max-speculative-tokens", "32"),
 }

@@ -14,7 +14,7 @@ from lynx.transfer.keys import check_secret
 MODES = ("bf16", "int8", "int4", "lynx", "auto")
 TRANSPORTS = ("zmq", "mooncake")
 MOONCAKE_PROTOCOLS = ("tcp", "rdma")
-RESIDUAL_PRIORITIES = ("deadline", "strict")
+RESIDUAL_PRIORITIES = ("deadline", "finish", "strict")
 SECRET_ENV = "LYNX_SECRET"
 MIN_CHUNK_BYTES = 4 << 10
 MAX_CHUNK_BYTES = 64 << 20
@@ -56,7 +56,10 @@ class LynxConfig:
             request's residual is due one draft window after its anchor left,
             the time its decode server says it can draft on the anchor; newer
             anchors go first only while every queued residual can still make
-            its deadline) or ``strict`` (every anchor before any residual).
+            its deadline), ``finish`` (on a paced link, due when a
+            first-come-first-served sender would have sent the request's last
+            byte, plus half its draft window) or ``strict`` (every anchor
+            before any residual).
     """
 
     mode: str = "lynx"
@@ -73,7 +76,7 @@ class LynxConfig:
     loopback: bool = False
     max_speculative_tokens: int = 16
     segment_tokens: int = 512
-    residual_priority: str = "deadline"
+    residual_priority: str = "finish"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -67,7 +67,9 @@ def options() -> tuple[OptionDoc, ...]:
             "RULE",
             "Prefill server, lynx mode: deadline (a request's residual is due one draft window after its "
             "anchor left, as its decode server measures it; newer anchors go first only while every queued "
-            "residual can still make it) or strict (every anchor before any residual).",
+            "residual can still make it), finish (on a paced link, due when a first-come-first-served sender "
+            "would have sent the request's last byte, plus half its draft window) or strict (every anchor "
+            "before any residual).",
             choices=RESIDUAL_PRIORITIES,
         ),
         OptionDoc(

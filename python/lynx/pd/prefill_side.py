@@ -88,6 +88,7 @@ class PrefillSide:
             on_sent=self._on_stream_sent,
             submit_timeout_s=0,
             residual_window_s=config.residual_window_s,
+            residual_finish=config.residual_priority == "finish",
         )
         self.supervisor = Supervisor(self._on_crash)
         self._alive_counter = itertools.count()  # one for every alive message this rank sends

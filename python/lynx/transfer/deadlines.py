@@ -11,6 +11,17 @@ deadline behind them; the moment sending one more anchor chunk would make a
 residual late, the oldest residual goes instead (earliest deadline first:
 residuals leave in their queue order, which is their deadlines' order).
 
+With ``finish`` (``--lynx-residual-priority finish``) and a paced link, a
+residual is due instead when a first-come-first-served sender would have sent
+its request's last byte (a virtual clock that adds each chunk's bytes at the
+link's rate as it is queued: what the request's one stream would have met
+without priorities), plus half the draft window. The drafts save the decode
+server a window of steps; the other half covers the verify pass and slower
+steps, so the request ends no later than its one stream would have let it.
+In a burst this deadline moves back with the queue, so newer anchors keep
+going first where the anchor-relative deadline would hold them. Unpaced (the
+link's rate unknown), ``finish`` falls back to the anchor-relative deadline.
+
 Bookkeeping only, no lock and no thread: the sender calls it under its lock.
 """
 
@@ -24,6 +35,7 @@ ANCHOR_CLASS = 0  # priority class of anchors and request metadata; later classe
 # Requests whose anchor departure is remembered after their queue emptied (a residual
 # segment may be queued after its anchor has left).
 REMEMBERED_ROOMS = 4096
+FINISH_SLACK_SHARE = 0.5  # finish: the share of the draft window a residual may land after its FIFO finish
 
 
 @dataclass(frozen=True)
@@ -55,13 +67,14 @@ def residual_due(backlogs: Sequence[Backlog], anchor_bytes: int, now: float, byt
 
 
 class _Room:
-    __slots__ = ("anchor_chunks", "residual_bytes", "anchor_left_at", "window_s")
+    __slots__ = ("anchor_chunks", "residual_bytes", "anchor_left_at", "window_s", "fifo_finish")
 
     def __init__(self, window_s: float) -> None:
         self.anchor_chunks = 0
         self.residual_bytes = 0
         self.anchor_left_at: float | None = None
         self.window_s = window_s
+        self.fifo_finish: float | None = None  # finish: when a FIFO sender would have sent its last byte
 
     @property
     def idle(self) -> bool:
@@ -74,13 +87,17 @@ class ResidualDeadlines:
     Args:
         window_s: the draft window of a request whose decode server named none
             (``set_window``); None turns deadlines off (strict anchor priority).
+        finish: a residual is due at its request's first-come-first-served
+            finish plus half its window (chunks queued with the link's rate),
+            not one window after its anchor left.
     """
 
-    def __init__(self, window_s: float | None) -> None:
+    def __init__(self, window_s: float | None, *, finish: bool = False) -> None:
         if window_s is not None and not window_s >= 0:
             raise ValueError(f"window_s must be >= 0 or None, got {window_s!r}")
-        self.window_s = window_s
+        self.window_s, self.finish = window_s, finish
         self._rooms: OrderedDict[int, _Room] = OrderedDict()  # oldest first; idle ones kept a while
+        self._fifo_end = 0.0  # finish: when a FIFO sender would have sent every byte queued so far
 
     def set_window(self, room: int, window_s: float) -> None:
         """The draft window the decode server gave for `room`'s request."""
@@ -88,12 +105,17 @@ class ResidualDeadlines:
             raise ValueError(f"window_s must be >= 0, got {window_s!r}")
         self._room(room).window_s = window_s
 
-    def queued(self, priority: int, room: int, nbytes: int) -> None:
+    def queued(self, priority: int, room: int, nbytes: int, now: float | None = None,
+               bytes_per_s: float | None = None) -> None:  # fmt: skip
+        """A chunk of `nbytes` was queued at `now` for a link of `bytes_per_s` (None: not known)."""
         entry = self._room(room)
         if priority == ANCHOR_CLASS:
             entry.anchor_chunks += 1
         else:
             entry.residual_bytes += nbytes
+        if self.finish and now is not None and bytes_per_s:
+            self._fifo_end = max(now, self._fifo_end) + nbytes / bytes_per_s
+            entry.fifo_finish = self._fifo_end
 
     def left(self, priority: int, room: int, nbytes: int, now: float | None) -> None:
         """A chunk left the queue: sent at `now`, or dropped (`now` None)."""
@@ -126,6 +148,8 @@ class ResidualDeadlines:
     def _deadline(self, entry: _Room) -> float | None:
         if entry.anchor_chunks > 0 or entry.anchor_left_at is None:
             return None
+        if entry.fifo_finish is not None:
+            return entry.fifo_finish + FINISH_SLACK_SHARE * entry.window_s
         return entry.anchor_left_at + entry.window_s
 
     def _room(self, room: int) -> _Room:

@@ -61,6 +61,9 @@ class PrioritySender:
             after its anchor (its draft window, unless ``set_window`` names
             another); anchors go first only while every queued residual can
             still make it (``deadlines``). None: strict priority.
+        residual_finish: on a paced link, a residual is due at its request's
+            first-come-first-served finish plus half its window instead
+            (``deadlines``, ``--lynx-residual-priority finish``).
 
     One link, strict priority among the endpoints that can take a message: a
     stalled or dead peer is skipped, never waited for, so it holds up nobody
@@ -84,6 +87,7 @@ class PrioritySender:
         clock: Callable[[], float] = time.monotonic,
         restart_backoff_s: float = 0.5,
         residual_window_s: float | None = None,
+        residual_finish: bool = False,
     ) -> None:
         if not isinstance(chunk_bytes, int) or not 1 <= chunk_bytes <= MAX_FRAME_PAYLOAD:
             raise ValueError(f"chunk_bytes must be an int in 1..{MAX_FRAME_PAYLOAD}, got {chunk_bytes!r}")
@@ -100,7 +104,7 @@ class PrioritySender:
         self._submit_timeout_s, self._clock = float(submit_timeout_s), clock
         self._stalls = StallWatch(float(stall_timeout_s))
         self._cond = threading.Condition()
-        self._queues = SendQueues(ResidualDeadlines(residual_window_s))
+        self._queues = SendQueues(ResidualDeadlines(residual_window_s, finish=residual_finish))
         self._rate = getattr(self._pacer, "rate_bytes_per_s", None)
         self._current: Chunk | None = None
         self._closed = self._started = False
@@ -194,7 +198,7 @@ class PrioritySender:
                     )
                 self._cond.wait(remaining)
             self._check_open(room, endpoint)
-            self._queues.add(priority, Submission(endpoint, room, stream, len(frames)), frames)
+            self._queues.add(priority, Submission(endpoint, room, stream, len(frames)), frames, self._clock(), self._rate)
             self._cond.notify_all()
 
     def submit_message(self, endpoint: str, room: int, parts: list) -> None:
@@ -206,7 +210,7 @@ class PrioritySender:
         nbytes = sum(len(memoryview(part)) for part in parts)
         with self._cond:
             self._check_open(room, endpoint)
-            self._queues.add(0, Submission(endpoint, room, None, 1), [(list(parts), nbytes)])
+            self._queues.add(0, Submission(endpoint, room, None, 1), [(list(parts), nbytes)], self._clock(), self._rate)
             self._cond.notify_all()
 
     def set_window(self, room: int, window_s: float) -> None:

@@ -278,3 +278,13 @@ def test_each_rooms_metadata_gives_the_sender_its_draft_window():
         assert side.sender._queues.deadlines._rooms[31].window_s == 1.25
     finally:
         side.close()
+
+
+def test_the_residual_priority_option_picks_the_senders_deadline_rule():
+    for priority, finish, window in (("finish", True, 0.0), ("deadline", False, 0.0), ("strict", False, None)):
+        side = recording_prefill_side(mode="lynx", residual_priority=priority)
+        try:
+            deadlines = side.sender._queues.deadlines
+            assert (deadlines.finish, deadlines.window_s) == (finish, window), priority
+        finally:
+            side.close()

@@ -58,3 +58,34 @@ def test_windows_must_not_be_negative():
         ResidualDeadlines(window_s=-1.0)
     with pytest.raises(ValueError):
         ResidualDeadlines(window_s=1.0).set_window(3, -0.5)
+
+
+def test_finish_puts_the_deadline_at_the_fifo_finish_plus_half_the_window():
+    deadlines = ResidualDeadlines(window_s=2.0, finish=True)
+    # 10 bytes/s: room 1's 20 anchor + 40 residual bytes queued at t=0 finish at 6 s under FIFO
+    deadlines.queued(0, 1, 20, now=0.0, bytes_per_s=10.0)
+    deadlines.queued(1, 1, 40, now=0.0, bytes_per_s=10.0)
+    # room 2 queued at t=1 behind room 1's bytes: FIFO ends it at 6 + 3 = 9 s
+    deadlines.queued(0, 2, 10, now=1.0, bytes_per_s=10.0)
+    deadlines.queued(1, 2, 20, now=1.0, bytes_per_s=10.0)
+    deadlines.left(0, 1, 20, now=2.0)
+    deadlines.left(0, 2, 10, now=3.0)
+    assert deadlines.backlogs() == [Backlog(1, 40, 6.0 + 1.0), Backlog(2, 20, 9.0 + 1.0)]
+    deadlines.set_window(2, 4.0)
+    assert deadlines.backlogs()[1] == Backlog(2, 20, 9.0 + 2.0)
+
+
+def test_finish_restarts_its_clock_after_an_idle_link_and_without_a_rate_falls_back_to_the_anchor():
+    deadlines = ResidualDeadlines(window_s=2.0, finish=True)
+    deadlines.queued(0, 1, 10, now=0.0, bytes_per_s=10.0)
+    deadlines.queued(1, 1, 10, now=0.0, bytes_per_s=10.0)  # FIFO finish at 2 s
+    deadlines.queued(0, 2, 10, now=50.0, bytes_per_s=10.0)
+    deadlines.queued(1, 2, 10, now=50.0, bytes_per_s=10.0)  # the link was idle: 52 s, not 4 s
+    deadlines.left(0, 1, 10, now=1.0)
+    deadlines.left(0, 2, 10, now=51.0)
+    assert [b.deadline for b in deadlines.backlogs()] == [3.0, 53.0]
+    unpaced = ResidualDeadlines(window_s=2.0, finish=True)
+    unpaced.queued(0, 1, 10, now=0.0, bytes_per_s=None)
+    unpaced.queued(1, 1, 10, now=0.0, bytes_per_s=None)
+    unpaced.left(0, 1, 10, now=1.5)
+    assert unpaced.backlogs() == [Backlog(1, 10, 3.5)], "no rate: one window after the anchor left"
