@@ -34,6 +34,7 @@ RENDERERS = {
     "idle_cpu": ("idle_cpu", "markdown"),
     "container_check": ("container_report", "markdown"),
     "pd_failures": ("faults.report", "single_markdown"),
+    "pd_soak": ("faults.report", "pd_soak_markdown"),
     "ttft_sweep": ("ttft_verdicts", "markdown"),
     "codec_bytes": ("codec_report", "bytes_markdown"),
     "codec_quality": ("codec_report", "quality_markdown"),

@@ -196,3 +196,32 @@ def _matrix_cell(f: dict | None) -> str:
         text += (f"; FAIL: {f['wrong']} wrong, {f['hung']} hung, {f['unclear_errors']} unclear, held "
                  f"{f['slots_held']} / {f['rows_held']} / {f['rooms_held']}, memory x{f['memory_ratio']:.3f}")
     return text
+
+
+def pd_soak_markdown(result: dict) -> str:
+    """The bounded soak of `test_pd_soak.py` (its `soak-report.json`): one sentence per mode, then lynx's judging."""
+    parts = []
+    for run in result["runs"]:
+        errors = md.count(len(run["errors"]), "error") if run["errors"] else "no error"
+        cpu, rss = run["cpu_s_per_request"], run["rss_growth_mib"]
+        parts.append(
+            f"`{run['mode']}`: {run['answered']} of {run['requests']} answered and {run['aborted']} client aborts "
+            f"in {run['seconds']:.0f} s, {errors}, {run['kv_slots_leaked']} slots and {run['rooms_left']} rooms "
+            f"left, CPU per request {cpu['prefill']:.2f} s (prefill) and {cpu['decode']:.2f} s (decode), resident "
+            f"memory +{rss['prefill']:.0f} and +{rss['decode']:.0f} MiB"
+        )
+    lines = [f"{result['date']}, commit {result['commit']}: " + "; ".join(parts) + "."]
+    for run in result["runs"]:
+        if "judged" in run:
+            j = run["judged"]
+            lines.append(
+                f"All {j['equal']} of {j['answers']} `{run['mode']}` answers equal `int8`'s" if j["equal"] == j["answers"]
+                else f"{j['equal']} of {j['answers']} `{run['mode']}` answers equal `int8`'s"
+            )  # fmt: skip
+            lines[-1] += (f" ({j['tokens_judged']:,} tokens judged, {md.count(j['near_ties'], 'near tie')}, "
+                          f"{j['wrong']} wrong).")  # fmt: skip
+    delta = result.get("lynx_minus_int8_cpu_s_per_request")
+    if delta:
+        lines.append(f"`lynx` minus `int8` CPU per request: {delta['prefill']:+.3f} s on the prefill, "
+                     f"{delta['decode']:+.3f} s on the decode.")  # fmt: skip
+    return "\n".join(lines) + "\n"

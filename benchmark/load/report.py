@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 MODE_ORDER = ("bf16", "int8", "int4", "lynx", "auto", "stock", "stock-fp8")
@@ -47,11 +48,8 @@ def ratio(a, b) -> float | None:
 
 def comparisons(result: dict) -> list[dict]:
     """Per point: lynx (and auto) against int8 and int4 (ratios < 1 favour the first)."""
-    by_point: dict[str, dict[str, dict]] = {}
-    for r in result["rows"]:
-        by_point.setdefault(r["key"].rsplit("/", 1)[0], {})[r["mode"]] = r
     out = []
-    for point, modes in by_point.items():
+    for point, modes in _by_point(result).items():
         for mode in sorted(m for m in modes if m.split(":")[0] in ("lynx", "auto")):
             row, int8, int4 = modes[mode], modes.get("int8", {}), modes.get("int4", {})
             better = min((m for m in (int8, modes.get("lynx")) if m and m is not row), default=None,
@@ -76,6 +74,62 @@ def comparison_table(result: dict) -> str:
              "|" + "---|" * (len(keys) + 2)]  # fmt: skip
     for c in comparisons(result):
         lines.append(f"| {c['point']} | {c['mode']} | " + " | ".join(_fmt(c[k], 2) for k in keys) + " |")
+    return "\n".join(lines)
+
+
+def _by_point(result: dict) -> dict[str, dict[str, dict]]:
+    by_point: dict[str, dict[str, dict]] = {}
+    for r in result["rows"]:
+        by_point.setdefault(r["key"].rsplit("/", 1)[0], {})[r["mode"]] = r
+    return by_point
+
+
+def timelines(result: dict) -> list[dict]:
+    """Per point and lynx-like mode, each request against int8's answer to the same request (same
+    arrival): its E2E over int8's, split by whether a verify rolled its drafts back, and when its
+    residual landed against int8's whole stream (both timed by the decode server from the request)."""
+    out = []
+    for point, modes in _by_point(result).items():
+        int8 = modes.get("int8")
+        for mode in sorted(m for m in modes if m.split(":")[0] in ("lynx", "auto")):
+            if int8 is None:
+                continue
+            pairs = _same_arrivals(modes[mode]["records"], int8["records"])
+            if not pairs:
+                continue
+            kept = [c["e2e_s"] / r["e2e_s"] for c, r in pairs if not c.get("rollbacks")]
+            back = [c["e2e_s"] / r["e2e_s"] for c, r in pairs if c.get("rollbacks")]
+            late = [c["residual_ready_s"] - r["anchor_ready_s"] for c, r in pairs
+                    if c.get("residual_ready_s") is not None and r.get("anchor_ready_s") is not None]  # fmt: skip
+            out.append({
+                "point": point, "mode": mode, "requests": len(pairs), "rolled_back": len(back),
+                "e2e_vs_int8_kept": statistics.median(kept) if kept else None,
+                "e2e_vs_int8_rolled_back": statistics.median(back) if back else None,
+                "residual_after_int8_s": statistics.median(late) if late else None,
+                "drafted": statistics.median(c.get("speculative_tokens") or 0 for c, _ in pairs),
+            })  # fmt: skip
+    return out
+
+
+def _same_arrivals(records: list[dict], references: list[dict], within_s: float = 0.05) -> list[tuple[dict, dict]]:
+    """Each answered record with the answered reference that arrived at the same time (every mode
+    replays the same arrivals; the records' order is the order they were sent in, which can differ)."""
+    answered = [r for r in references if r.get("ok")]
+    pairs = []
+    for record in (r for r in records if r.get("ok")):
+        near = min(answered, key=lambda r: abs(r["arrival_s"] - record["arrival_s"]), default=None)
+        if near is not None and abs(near["arrival_s"] - record["arrival_s"]) < within_s:
+            pairs.append((record, near))
+    return pairs
+
+
+def timeline_table(result: dict) -> str:
+    lines = ["| point | mode | requests rolled back | E2E / int8, drafts kept | E2E / int8, rolled back "
+             "| residual landed after int8's stream, s | drafted tokens |", "|" + "---|" * 7]  # fmt: skip
+    for t in timelines(result):
+        lines.append(f"| {t['point']} | {t['mode']} | {t['rolled_back']} of {t['requests']} | "
+                     f"{_fmt(t['e2e_vs_int8_kept'], 2)} | {_fmt(t['e2e_vs_int8_rolled_back'], 2)} | "
+                     f"{_fmt(t['residual_after_int8_s'], 2)} | {_fmt(float(t['drafted']), 0)} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -109,6 +163,8 @@ def markdown(result: dict) -> str:
         f"run took {result.get('wall_s', 0) / 60:.0f} min.",
         table(result),
         comparison_table(result),
+        "Per request, against `int8`'s answer to the same request (medians):",
+        timeline_table(result),
         exactness_line(result),
         *(["Deployments that did not serve: " + "; ".join(f"{k}: {v.splitlines()[0][:300]}" for k, v in result["failed"].items())]
           if result.get("failed") else []),

@@ -140,3 +140,20 @@ def test_a_recorded_error_names_the_repositorys_files_relative_to_it():
                              generated_text="", output_len=0)  # fmt: skip
     record = capture._record(None, request, output, 0.0)
     assert record["error"] == 'Traceback:\n  File "benchmark/load/capture.py", line 9\nValueError: bad event'
+
+
+def test_per_request_timelines_pair_each_answer_with_int8s_of_the_same_arrival_and_split_rollbacks():
+    def record(arrival, e2e, residual, rollbacks=0, drafted=16):
+        return {"arrival_s": arrival, "ok": True, "e2e_s": e2e, "anchor_ready_s": residual, "residual_ready_s": residual,
+                "speculative_tokens": drafted, "rollbacks": rollbacks}  # fmt: skip
+
+    int8, lynx = _row("int8", 0.85, 3000.0, 5000.0), _row("lynx", 0.85, 1500.0, 5000.0)
+    # int8's records in another order than lynx's (sent at the same arrivals); one lynx request failed
+    int8["records"] = [record(1.002, 5.0, 3.0), record(0.0, 4.0, 2.0), record(2.5, 6.0, 4.0)]
+    lynx["records"] = [record(0.0, 3.6, 2.5), record(1.0, 6.0, 3.5, rollbacks=1, drafted=10),
+                       dict(record(2.5, 9.0, 9.0), ok=False)]  # fmt: skip
+    (t,) = report.timelines({"rows": [int8, lynx]})
+    assert (t["requests"], t["rolled_back"]) == (2, 1)
+    assert t["e2e_vs_int8_kept"] == pytest.approx(0.9) and t["e2e_vs_int8_rolled_back"] == pytest.approx(1.2)
+    assert t["residual_after_int8_s"] == pytest.approx(0.5) and t["drafted"] == 13
+    assert "| 1p1d/random-ids/0.85 | lynx | 1 of 2 | 0.90 | 1.20 | 0.50 | 13 |" in report.timeline_table({"rows": [int8, lynx]})
