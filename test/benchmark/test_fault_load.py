@@ -22,7 +22,7 @@ from faults.inject import ABORT_STATES  # noqa: E402
 from faults.mixed import KINDS  # noqa: E402
 from faults.outcome import Judge, answered, outcome, reason  # noqa: E402
 from faults.plan import FAULTS, PROFILES, Profile  # noqa: E402
-from faults.report import QUIET_SENTENCE, markdown, matrix_markdown, passed, passed_deployment, single_markdown  # noqa: E402
+from faults.report import QUIET_SENTENCE, markdown, matrix_markdown, passed, passed_deployment, pd_soak_markdown, single_markdown  # noqa: E402
 from faults.soak import slope_per_hour  # noqa: E402
 from faults.soak import summary as soak_summary  # noqa: E402
 
@@ -368,3 +368,17 @@ def test_a_logit_bias_goes_to_the_pair_directly_and_an_error_text_is_its_reason(
                     post, "http://ref")  # fmt: skip
     assert routed.count("http://router/generate") == 1, "only the greedy kind goes through the router"
     assert verdict["reasons"] == ["logit-bias: Decode transfer failed: lost"] and verdict["answered"] == 1
+
+
+def test_the_pd_soak_sentence_gives_each_modes_counts_and_lynxs_judging():
+    def run(mode, **extra):
+        return {"mode": mode, "requests": 20, "answered": 18, "aborted": 2, "errors": [], "seconds": 30.4,
+                "kv_slots_leaked": 0, "rooms_left": 0, "cpu_s_per_request": {"prefill": 1.5, "decode": 0.25},
+                "rss_growth_mib": {"prefill": 10.0, "decode": 4.4}, **extra}  # fmt: skip
+
+    judged = {"answers": 18, "tokens_judged": 216, "equal": 17, "near_ties": 1, "wrong": 1}
+    text = pd_soak_markdown({"date": "2026-12-06", "commit": "abc1234", "runs": [run("int8"), run("lynx", judged=judged)],
+                             "lynx_minus_int8_cpu_s_per_request": {"prefill": -0.01, "decode": 0.048}})  # fmt: skip
+    assert text.startswith("2026-12-06, commit abc1234: `int8`: 18 of 20 answered and 2 client aborts in 30 s, no error")
+    assert "17 of 18 `lynx` answers equal `int8`'s (216 tokens judged, 1 near tie, 1 wrong)." in text
+    assert "-0.010 s on the prefill, +0.048 s on the decode." in text
