@@ -63,17 +63,30 @@ def comparisons(result: dict) -> list[dict]:
                 "e2e_p99_vs_int8": ratio(row["e2e_p99_ms"], int8.get("e2e_p99_ms")),
                 "goodput_vs_int8": ratio(row["goodput"], int8.get("goodput")),
                 "e2e_p50_vs_better": ratio(row["e2e_p50_ms"], better.get("e2e_p50_ms")) if better else None,
+                "within_own_slo": _within_own_slo(result, mode, row, int8),
             })  # fmt: skip
     return out
+
+
+def _within_own_slo(result: dict, mode: str, row: dict, int8: dict) -> str | None:
+    """``"16 vs 7 of 16"``: requests of `row` and of int8's row at the same point whose TTFT is within
+    twice `mode`'s own idle TTFT (the goodput SLO above is twice int8's)."""
+    idle = (result.get("idle") or {}).get(mode)
+    if idle is None or not int8 or not row.get("records") or not int8.get("records"):
+        return None
+    slo_s = 2 * idle["ttft_s"]
+    met = [sum(1 for r in rows if r.get("ok") and r["ttft_s"] <= slo_s) for rows in (row["records"], int8["records"])]
+    return f"{met[0]} vs {met[1]} of {len(row['records'])}"
 
 
 def comparison_table(result: dict) -> str:
     keys = ("ttft_p50_vs_int8", "ttft_p99_vs_int8", "ttft_p50_vs_int4", "e2e_p50_vs_int8", "e2e_p99_vs_int8",
             "goodput_vs_int8")  # fmt: skip
-    lines = ["| point | mode | " + " | ".join(k.replace("_vs_", " / ") for k in keys) + " |",
-             "|" + "---|" * (len(keys) + 2)]  # fmt: skip
+    lines = ["| point | mode | " + " | ".join(k.replace("_vs_", " / ") for k in keys)
+             + " | TTFT within twice the mode's idle TTFT, vs int8 |", "|" + "---|" * (len(keys) + 3)]  # fmt: skip
     for c in comparisons(result):
-        lines.append(f"| {c['point']} | {c['mode']} | " + " | ".join(_fmt(c[k], 2) for k in keys) + " |")
+        lines.append(f"| {c['point']} | {c['mode']} | " + " | ".join(_fmt(c[k], 2) for k in keys)
+                     + f" | {c['within_own_slo'] or '-'} |")  # fmt: skip
     return "\n".join(lines)
 
 

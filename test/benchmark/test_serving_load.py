@@ -157,3 +157,13 @@ def test_per_request_timelines_pair_each_answer_with_int8s_of_the_same_arrival_a
     assert t["e2e_vs_int8_kept"] == pytest.approx(0.9) and t["e2e_vs_int8_rolled_back"] == pytest.approx(1.2)
     assert t["residual_after_int8_s"] == pytest.approx(0.5) and t["drafted"] == 13
     assert "| 1p1d/random-ids/0.85 | lynx | 1 of 2 | 0.90 | 1.20 | 0.50 | 13 |" in report.timeline_table({"rows": [int8, lynx]})
+
+
+def test_the_comparison_counts_requests_within_twice_the_modes_own_idle_ttft_beside_int8s():
+    int8, lynx = _row("int8", 0.85, 3000.0, 5000.0), _row("lynx", 0.85, 1500.0, 5000.0)
+    int8["records"] = [{"ok": True, "ttft_s": t} for t in (2.0, 3.5, 4.0)]
+    lynx["records"] = [{"ok": True, "ttft_s": 1.2}, {"ok": True, "ttft_s": 2.9}, {"ok": False, "ttft_s": 0.1}]
+    result = {"rows": [int8, lynx], "idle": {"lynx": {"ttft_s": 1.5}, "int8": {"ttft_s": 2.5}}}
+    (comparison,) = report.comparisons(result)
+    assert comparison["within_own_slo"] == "2 vs 1 of 3", "3.0 s: a failed request never counts"
+    assert report.comparisons({"rows": [int8, lynx]})[0]["within_own_slo"] is None
