@@ -98,6 +98,7 @@ class ResidualDeadlines:
         self.window_s, self.finish = window_s, finish
         self._rooms: OrderedDict[int, _Room] = OrderedDict()  # oldest first; idle ones kept a while
         self._fifo_end = 0.0  # finish: when a FIFO sender would have sent every byte queued so far
+        self._fifo_rate: float | None = None  # finish: the link rate the clock last counted at
 
     def set_window(self, room: int, window_s: float) -> None:
         """The draft window the decode server gave for `room`'s request."""
@@ -115,7 +116,7 @@ class ResidualDeadlines:
             entry.residual_bytes += nbytes
         if self.finish and now is not None and bytes_per_s:
             self._fifo_end = max(now, self._fifo_end) + nbytes / bytes_per_s
-            entry.fifo_finish = self._fifo_end
+            entry.fifo_finish, self._fifo_rate = self._fifo_end, bytes_per_s
 
     def left(self, priority: int, room: int, nbytes: int, now: float | None) -> None:
         """A chunk left the queue: sent at `now`, or dropped (`now` None)."""
@@ -128,8 +129,19 @@ class ResidualDeadlines:
                 entry.anchor_left_at = now
         else:
             entry.residual_bytes -= nbytes
+        if now is None and entry.fifo_finish is not None and self._fifo_rate:
+            self._unqueue(entry.fifo_finish, nbytes / self._fifo_rate)
         while len(self._rooms) > REMEMBERED_ROOMS and next(iter(self._rooms.values())).idle:
             self._rooms.popitem(last=False)
+
+    def _unqueue(self, after: float, seconds: float) -> None:
+        """finish: a dropped chunk's bytes will never be sent, so the FIFO finish of every request
+        that finishes after the dropped one's comes `seconds` sooner (an abort does not loosen the
+        deadlines of the requests queued behind it)."""
+        for entry in self._rooms.values():
+            if entry.fifo_finish is not None and entry.fifo_finish > after:
+                entry.fifo_finish -= seconds
+        self._fifo_end -= seconds
 
     def backlogs(self) -> list[Backlog]:
         """Every request with residual bytes queued, oldest first, with its deadline."""

@@ -89,3 +89,16 @@ def test_finish_restarts_its_clock_after_an_idle_link_and_without_a_rate_falls_b
     unpaced.queued(1, 1, 10, now=0.0, bytes_per_s=None)
     unpaced.left(0, 1, 10, now=1.5)
     assert unpaced.backlogs() == [Backlog(1, 10, 3.5)], "no rate: one window after the anchor left"
+
+
+def test_finish_takes_a_dropped_chunks_bytes_out_of_the_fifo_finish_of_the_requests_behind_it():
+    deadlines = ResidualDeadlines(window_s=0.0, finish=True)
+    for room in (1, 2):  # 10 bytes/s: room 1 finishes at 2 s, room 2 at 4 s
+        deadlines.queued(0, room, 10, now=0.0, bytes_per_s=10.0)
+        deadlines.queued(1, room, 10, now=0.0, bytes_per_s=10.0)
+    deadlines.left(0, 1, 10, now=1.0)
+    deadlines.left(0, 2, 10, now=1.0)
+    deadlines.left(1, 1, 10, now=None)  # room 1's residual dropped (its request aborted)
+    assert deadlines.backlogs() == [Backlog(2, 10, 3.0)], "room 2 no longer waits behind room 1's residual"
+    deadlines.queued(0, 3, 10, now=0.0, bytes_per_s=10.0)
+    assert deadlines._rooms[3].fifo_finish == 4.0
