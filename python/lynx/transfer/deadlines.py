@@ -87,18 +87,18 @@ class ResidualDeadlines:
     Args:
         window_s: the draft window of a request whose decode server named none
             (``set_window``); None turns deadlines off (strict anchor priority).
-        finish: a residual is due at its request's first-come-first-served
-            finish plus half its window (chunks queued with the link's rate),
-            not one window after its anchor left.
+        fifo_bytes_per_s: ``finish`` on a paced link: its rate, at which a
+            FIFO clock counts each queued chunk; a residual is then due at its
+            request's FIFO finish plus half its window, not one window after
+            its anchor left. None (``deadline``, or an unpaced link): no clock.
     """
 
-    def __init__(self, window_s: float | None, *, finish: bool = False) -> None:
+    def __init__(self, window_s: float | None, *, fifo_bytes_per_s: float | None = None) -> None:
         if window_s is not None and not window_s >= 0:
             raise ValueError(f"window_s must be >= 0 or None, got {window_s!r}")
-        self.window_s, self.finish = window_s, finish
+        self.window_s, self.fifo_bytes_per_s = window_s, fifo_bytes_per_s
         self._rooms: OrderedDict[int, _Room] = OrderedDict()  # oldest first; idle ones kept a while
         self._fifo_end = 0.0  # finish: when a FIFO sender would have sent every byte queued so far
-        self._fifo_rate: float | None = None  # finish: the link rate the clock last counted at
 
     def set_window(self, room: int, window_s: float) -> None:
         """The draft window the decode server gave for `room`'s request."""
@@ -106,17 +106,16 @@ class ResidualDeadlines:
             raise ValueError(f"window_s must be >= 0, got {window_s!r}")
         self._room(room).window_s = window_s
 
-    def queued(self, priority: int, room: int, nbytes: int, now: float | None = None,
-               bytes_per_s: float | None = None) -> None:  # fmt: skip
-        """A chunk of `nbytes` was queued at `now` for a link of `bytes_per_s` (None: not known)."""
+    def queued(self, priority: int, room: int, nbytes: int, now: float | None = None) -> None:
+        """A chunk of `nbytes` was queued at `now` (None: not timed, the FIFO clock does not count it)."""
         entry = self._room(room)
         if priority == ANCHOR_CLASS:
             entry.anchor_chunks += 1
         else:
             entry.residual_bytes += nbytes
-        if self.finish and now is not None and bytes_per_s:
-            self._fifo_end = max(now, self._fifo_end) + nbytes / bytes_per_s
-            entry.fifo_finish, self._fifo_rate = self._fifo_end, bytes_per_s
+        if self.fifo_bytes_per_s and now is not None:
+            self._fifo_end = max(now, self._fifo_end) + nbytes / self.fifo_bytes_per_s
+            entry.fifo_finish = self._fifo_end
 
     def left(self, priority: int, room: int, nbytes: int, now: float | None) -> None:
         """A chunk left the queue: sent at `now`, or dropped (`now` None)."""
@@ -129,8 +128,8 @@ class ResidualDeadlines:
                 entry.anchor_left_at = now
         else:
             entry.residual_bytes -= nbytes
-        if now is None and entry.fifo_finish is not None and self._fifo_rate:
-            self._unqueue(entry.fifo_finish, nbytes / self._fifo_rate)
+        if now is None and entry.fifo_finish is not None:
+            self._unqueue(entry.fifo_finish, nbytes / self.fifo_bytes_per_s)
         while len(self._rooms) > REMEMBERED_ROOMS and next(iter(self._rooms.values())).idle:
             self._rooms.popitem(last=False)
 

@@ -84,14 +84,13 @@ class SendQueues:
         """Whether a chunk of ``room`` waits in a queue."""
         return any(chunk.submission.room == room for queue in self._queues.values() for chunk in queue)
 
-    def add(self, priority: int, submission: Submission, frames: list[tuple[list, int]], now: float | None = None,
-            bytes_per_s: float | None = None) -> None:  # fmt: skip
+    def add(self, priority: int, submission: Submission, frames: list[tuple[list, int]], now: float | None = None) -> None:
         """Queue the ``(parts, payload_bytes)`` frames of ``submission`` at the tail of class ``priority``
-        (at ``now``, on a link of ``bytes_per_s``: the deadlines' FIFO clock)."""
+        (at ``now``: the deadlines' FIFO clock)."""
         queue = self._queues.setdefault(priority, deque())
         for parts, nbytes in frames:
             queue.append(Chunk(Pending(priority, self._seq), submission, parts, nbytes))
-            self.deadlines.queued(priority, submission.room, nbytes, now, bytes_per_s)
+            self.deadlines.queued(priority, submission.room, nbytes, now)
             self._seq += 1
         endpoint = submission.endpoint
         self._queued_bytes[endpoint] = self._queued_bytes.get(endpoint, 0) + sum(nbytes for _, nbytes in frames)

@@ -104,8 +104,9 @@ class PrioritySender:
         self._submit_timeout_s, self._clock = float(submit_timeout_s), clock
         self._stalls = StallWatch(float(stall_timeout_s))
         self._cond = threading.Condition()
-        self._queues = SendQueues(ResidualDeadlines(residual_window_s, finish=residual_finish))
         self._rate = getattr(self._pacer, "rate_bytes_per_s", None)
+        fifo_rate = self._rate if residual_finish else None
+        self._queues = SendQueues(ResidualDeadlines(residual_window_s, fifo_bytes_per_s=fifo_rate))
         self._current: Chunk | None = None
         self._closed = self._started = False
         self._supervisor = Supervisor(self._on_crash, backoff_s=restart_backoff_s)
@@ -198,7 +199,7 @@ class PrioritySender:
                     )
                 self._cond.wait(remaining)
             self._check_open(room, endpoint)
-            self._queues.add(priority, Submission(endpoint, room, stream, len(frames)), frames, self._clock(), self._rate)
+            self._queues.add(priority, Submission(endpoint, room, stream, len(frames)), frames, self._clock())
             self._cond.notify_all()
 
     def submit_message(self, endpoint: str, room: int, parts: list) -> None:
@@ -210,7 +211,7 @@ class PrioritySender:
         nbytes = sum(len(memoryview(part)) for part in parts)
         with self._cond:
             self._check_open(room, endpoint)
-            self._queues.add(0, Submission(endpoint, room, None, 1), [(list(parts), nbytes)], self._clock(), self._rate)
+            self._queues.add(0, Submission(endpoint, room, None, 1), [(list(parts), nbytes)], self._clock())
             self._cond.notify_all()
 
     def set_window(self, room: int, window_s: float) -> None:

@@ -281,10 +281,12 @@ def test_each_rooms_metadata_gives_the_sender_its_draft_window():
 
 
 def test_the_residual_priority_option_picks_the_senders_deadline_rule():
-    for priority, finish, window in (("finish", True, 0.0), ("deadline", False, 0.0), ("strict", False, None)):
-        side = recording_prefill_side(mode="lynx", residual_priority=priority)
+    paced = 0.008 * 1e9 / 8  # bytes/s of --lynx-link-gbps 0.008
+    for priority, gbps, fifo, window in (("finish", 0.008, paced, 0.0), ("finish", 0.0, None, 0.0),
+                                         ("deadline", 0.008, None, 0.0), ("strict", 0.008, None, None)):  # fmt: skip
+        side = recording_prefill_side(mode="lynx", residual_priority=priority, link_gbps=gbps)
         try:
             deadlines = side.sender._queues.deadlines
-            assert (deadlines.finish, deadlines.window_s) == (finish, window), priority
+            assert (deadlines.fifo_bytes_per_s, deadlines.window_s) == (fifo, window), (priority, gbps)
         finally:
             side.close()

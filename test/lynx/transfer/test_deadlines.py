@@ -61,13 +61,13 @@ def test_windows_must_not_be_negative():
 
 
 def test_finish_puts_the_deadline_at_the_fifo_finish_plus_half_the_window():
-    deadlines = ResidualDeadlines(window_s=2.0, finish=True)
+    deadlines = ResidualDeadlines(window_s=2.0, fifo_bytes_per_s=10.0)
     # 10 bytes/s: room 1's 20 anchor + 40 residual bytes queued at t=0 finish at 6 s under FIFO
-    deadlines.queued(0, 1, 20, now=0.0, bytes_per_s=10.0)
-    deadlines.queued(1, 1, 40, now=0.0, bytes_per_s=10.0)
+    deadlines.queued(0, 1, 20, now=0.0)
+    deadlines.queued(1, 1, 40, now=0.0)
     # room 2 queued at t=1 behind room 1's bytes: FIFO ends it at 6 + 3 = 9 s
-    deadlines.queued(0, 2, 10, now=1.0, bytes_per_s=10.0)
-    deadlines.queued(1, 2, 20, now=1.0, bytes_per_s=10.0)
+    deadlines.queued(0, 2, 10, now=1.0)
+    deadlines.queued(1, 2, 20, now=1.0)
     deadlines.left(0, 1, 20, now=2.0)
     deadlines.left(0, 2, 10, now=3.0)
     assert deadlines.backlogs() == [Backlog(1, 40, 6.0 + 1.0), Backlog(2, 20, 9.0 + 1.0)]
@@ -76,29 +76,29 @@ def test_finish_puts_the_deadline_at_the_fifo_finish_plus_half_the_window():
 
 
 def test_finish_restarts_its_clock_after_an_idle_link_and_without_a_rate_falls_back_to_the_anchor():
-    deadlines = ResidualDeadlines(window_s=2.0, finish=True)
-    deadlines.queued(0, 1, 10, now=0.0, bytes_per_s=10.0)
-    deadlines.queued(1, 1, 10, now=0.0, bytes_per_s=10.0)  # FIFO finish at 2 s
-    deadlines.queued(0, 2, 10, now=50.0, bytes_per_s=10.0)
-    deadlines.queued(1, 2, 10, now=50.0, bytes_per_s=10.0)  # the link was idle: 52 s, not 4 s
+    deadlines = ResidualDeadlines(window_s=2.0, fifo_bytes_per_s=10.0)
+    deadlines.queued(0, 1, 10, now=0.0)
+    deadlines.queued(1, 1, 10, now=0.0)  # FIFO finish at 2 s
+    deadlines.queued(0, 2, 10, now=50.0)
+    deadlines.queued(1, 2, 10, now=50.0)  # the link was idle: 52 s, not 4 s
     deadlines.left(0, 1, 10, now=1.0)
     deadlines.left(0, 2, 10, now=51.0)
     assert [b.deadline for b in deadlines.backlogs()] == [3.0, 53.0]
-    unpaced = ResidualDeadlines(window_s=2.0, finish=True)
-    unpaced.queued(0, 1, 10, now=0.0, bytes_per_s=None)
-    unpaced.queued(1, 1, 10, now=0.0, bytes_per_s=None)
+    unpaced = ResidualDeadlines(window_s=2.0, fifo_bytes_per_s=None)
+    unpaced.queued(0, 1, 10, now=0.0)
+    unpaced.queued(1, 1, 10, now=0.0)
     unpaced.left(0, 1, 10, now=1.5)
     assert unpaced.backlogs() == [Backlog(1, 10, 3.5)], "no rate: one window after the anchor left"
 
 
 def test_finish_takes_a_dropped_chunks_bytes_out_of_the_fifo_finish_of_the_requests_behind_it():
-    deadlines = ResidualDeadlines(window_s=0.0, finish=True)
+    deadlines = ResidualDeadlines(window_s=0.0, fifo_bytes_per_s=10.0)
     for room in (1, 2):  # 10 bytes/s: room 1 finishes at 2 s, room 2 at 4 s
-        deadlines.queued(0, room, 10, now=0.0, bytes_per_s=10.0)
-        deadlines.queued(1, room, 10, now=0.0, bytes_per_s=10.0)
+        deadlines.queued(0, room, 10, now=0.0)
+        deadlines.queued(1, room, 10, now=0.0)
     deadlines.left(0, 1, 10, now=1.0)
     deadlines.left(0, 2, 10, now=1.0)
     deadlines.left(1, 1, 10, now=None)  # room 1's residual dropped (its request aborted)
     assert deadlines.backlogs() == [Backlog(2, 10, 3.0)], "room 2 no longer waits behind room 1's residual"
-    deadlines.queued(0, 3, 10, now=0.0, bytes_per_s=10.0)
+    deadlines.queued(0, 3, 10, now=0.0)
     assert deadlines._rooms[3].fifo_finish == 4.0

@@ -111,14 +111,14 @@ def test_with_finish_deadlines_a_burst_of_anchors_overtakes_a_residual_its_fifo_
 
     def burst(deadlines):
         queues = SendQueues(deadlines)
-        queues.add(0, Submission("a", 1, 0, 1), [([b"x"], 10)], now=0.0, bytes_per_s=10.0)
+        queues.add(0, Submission("a", 1, 0, 1), [([b"x"], 10)], now=0.0)
         queues.record_sent(queues.pop_next(always), now=1.0)  # room 1's anchor left at 1 s
-        queues.add(1, Submission("a", 1, 1, 2), [([b"x"], 10)] * 2, now=0.0, bytes_per_s=10.0)
+        queues.add(1, Submission("a", 1, 1, 2), [([b"x"], 10)] * 2, now=0.0)
         for room in (2, 3, 4):  # three newer anchors arrive at 1 s
-            queues.add(0, Submission("a", room, 0, 1), [([b"x"], 10)], now=1.0, bytes_per_s=10.0)
+            queues.add(0, Submission("a", room, 0, 1), [([b"x"], 10)], now=1.0)
         return [room for room, _ in _drain(queues, 1.0, 10.0)]
 
     # window 2 s: anchor-relative, room 1's residual (2 s of bytes) is due at 3 s, so it goes at once;
     # finish: FIFO would end room 1 at 3 s, due at 3 + 1 = 4 s, so one newer anchor goes first
     assert burst(ResidualDeadlines(window_s=2.0)) == [1, 1, 2, 3, 4]
-    assert burst(ResidualDeadlines(window_s=2.0, finish=True)) == [2, 1, 1, 3, 4]
+    assert burst(ResidualDeadlines(window_s=2.0, fifo_bytes_per_s=10.0)) == [2, 1, 1, 3, 4]
