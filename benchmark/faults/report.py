@@ -214,12 +214,9 @@ def pd_soak_markdown(result: dict) -> str:
     for run in result["runs"]:
         if "judged" in run:
             j = run["judged"]
-            lines.append(
-                f"All {j['equal']} of {j['answers']} `{run['mode']}` answers equal `int8`'s" if j["equal"] == j["answers"]
-                else f"{j['equal']} of {j['answers']} `{run['mode']}` answers equal `int8`'s"
-            )  # fmt: skip
-            lines[-1] += (f" ({j['tokens_judged']:,} tokens judged, {md.count(j['near_ties'], 'near tie')}, "
-                          f"{j['wrong']} wrong).")  # fmt: skip
+            every = "All " if j["equal"] == j["answers"] else ""
+            lines.append(f"{every}{j['equal']} of {j['answers']} `{run['mode']}` answers equal `int8`'s "
+                         f"({j['tokens_judged']:,} tokens judged, {md.count(j['near_ties'], 'near tie')}, {j['wrong']} wrong).")  # fmt: skip
     delta = result.get("lynx_minus_int8_cpu_s_per_request")
     if delta:
         lines.append(f"`lynx` minus `int8` CPU per request: {delta['prefill']:+.3f} s on the prefill, "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import doc_markdown as md
+
 MODE_ORDER = ("bf16", "int8", "int4", "lynx", "auto", "stock", "stock-fp8")
 COLUMNS = (("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"), ("tpot_p99_ms", "TPOT p99 ms"),
            ("e2e_p50_ms", "E2E p50 ms"), ("e2e_p99_ms", "E2E p99 ms"), ("goodput", "goodput req/s"),
@@ -82,12 +84,9 @@ def _within_own_slo(result: dict, mode: str, row: dict, int8: dict) -> str | Non
 def comparison_table(result: dict) -> str:
     keys = ("ttft_p50_vs_int8", "ttft_p99_vs_int8", "ttft_p50_vs_int4", "e2e_p50_vs_int8", "e2e_p99_vs_int8",
             "goodput_vs_int8")  # fmt: skip
-    lines = ["| point | mode | " + " | ".join(k.replace("_vs_", " / ") for k in keys)
-             + " | TTFT within twice the mode's idle TTFT, vs int8 |", "|" + "---|" * (len(keys) + 3)]  # fmt: skip
-    for c in comparisons(result):
-        lines.append(f"| {c['point']} | {c['mode']} | " + " | ".join(_fmt(c[k], 2) for k in keys)
-                     + f" | {c['within_own_slo'] or '-'} |")  # fmt: skip
-    return "\n".join(lines)
+    names = ["point", "mode", *(k.replace("_vs_", " / ") for k in keys), "TTFT within twice the mode's idle TTFT, vs int8"]
+    rows = [[c["point"], c["mode"], *(_fmt(c[k], 2) for k in keys), c["within_own_slo"] or "-"] for c in comparisons(result)]
+    return "\n".join(md.table(names, rows))
 
 
 def _by_point(result: dict) -> dict[str, dict[str, dict]]:
@@ -137,13 +136,12 @@ def _same_arrivals(records: list[dict], references: list[dict], within_s: float 
 
 
 def timeline_table(result: dict) -> str:
-    lines = ["| point | mode | requests rolled back | E2E / int8, drafts kept | E2E / int8, rolled back "
-             "| residual landed after int8's stream, s | drafted tokens |", "|" + "---|" * 7]  # fmt: skip
-    for t in timelines(result):
-        lines.append(f"| {t['point']} | {t['mode']} | {t['rolled_back']} of {t['requests']} | "
-                     f"{_fmt(t['e2e_vs_int8_kept'], 2)} | {_fmt(t['e2e_vs_int8_rolled_back'], 2)} | "
-                     f"{_fmt(t['residual_after_int8_s'], 2)} | {_fmt(float(t['drafted']), 0)} |")  # fmt: skip
-    return "\n".join(lines)
+    names = ["point", "mode", "requests rolled back", "E2E / int8, drafts kept", "E2E / int8, rolled back",
+             "residual landed after int8's stream, s", "drafted tokens"]  # fmt: skip
+    rows = [[t["point"], t["mode"], f"{t['rolled_back']} of {t['requests']}", _fmt(t["e2e_vs_int8_kept"], 2),
+             _fmt(t["e2e_vs_int8_rolled_back"], 2), _fmt(t["residual_after_int8_s"], 2), _fmt(float(t["drafted"]), 0)]
+            for t in timelines(result)]  # fmt: skip
+    return "\n".join(md.table(names, rows))
 
 
 def exactness_line(result: dict) -> str:
