@@ -35,7 +35,7 @@ either transport (`--transports zmq,mooncake`). Frames are sized to the
 emulated link (`--chunk-ms`: a residual frame holds up an anchor for at most
 that long, as a 1 MiB frame does for well under a millisecond on a real
 10-100 Gbit/s link).
-A 135M model on two CPU cores prefills 2k tokens in about 11 s, far slower
+A 135M model on two CPU cores prefills 2k tokens in about 7 s, far slower
 than an 8B model on a GPU, so the link rates are scaled down to put the
 ratio of BF16 KV transfer time to prefill time where clusters have it; the
 table states that ratio per row (docs/BENCHMARKS.md).
