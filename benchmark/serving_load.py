@@ -6,7 +6,9 @@ started and `sglang.bench_serving` sends it Poisson arrivals at each request
 rate (`random-ids` prompts, greedy, EOS ignored), then `generated-shared-prefix`
 prompts and a scaled replay of Mooncake's published conversation trace; two
 prefill servers feeding one decode server make the fan-in point. Every mode
-gets the same prompts (bench_serving's seed) and the same arrivals.
+gets the same prompts (bench_serving's seed) and the same arrivals. Last,
+`int8` and `lynx` pairs alone on a slower link (2k-token prompts, BF16's
+transfer 4x their prefill) time the link-bound first token idle.
 
 The link is set from this machine: a single server's prefill of one prompt is
 timed first, and the link rate puts BF16's transfer of a prompt at
@@ -28,6 +30,7 @@ point re-executes itself under `unshare --net` (root or user namespaces, `tc`).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -68,6 +71,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in ("shared-prefix", "trace", "fan-in"):
         parser.add_argument(f"--{name}-modes", help=f"comma-separated modes of the {name} points ('' for none)")
     parser.add_argument("--trace-requests", type=int, help="requests replayed from the trace")
+    parser.add_argument("--idle-modes", help="comma-separated modes timed idle on the slower link ('' for none)")
+    parser.add_argument("--idle-bf16-over-prefill", type=float,
+                        help="BF16 transfer over prefill on the idle-only link (default: the profile's, 4)")
     parser.add_argument("--trace-path", type=Path,
                         help=f"Mooncake's {TRACE_NAME} (kvcache-ai/Mooncake, FAST25-release/traces/); "
                              "without it the trace points are skipped")  # fmt: skip
@@ -95,6 +101,8 @@ def profile_of(args):
         trace_modes=None if args.trace_modes is None else split(args.trace_modes),
         fan_in_modes=None if args.fan_in_modes is None else split(args.fan_in_modes),
         trace_requests=args.trace_requests,
+        idle_modes=None if args.idle_modes is None else split(args.idle_modes),
+        idle_bf16_over_prefill=args.idle_bf16_over_prefill,
     )
 
 
@@ -141,7 +149,7 @@ def measure(profile, model: Path, args, loopback) -> dict:
     try:
         reference.wait_ready()
         prefill_s = deployments.prefill_seconds(reference, prompt)
-        link = link_for(prefill_s, stream_bytes(profile, STREAM_MODES), profile.bf16_over_prefill)
+        link = link_for(prefill_s, stream_bytes(profile.input_tokens), profile.bf16_over_prefill)
         log(f"prefill {prefill_s:.2f} s; link {link.gbps:.4f} Gbit/s (BF16 transfer {link.bf16_over_prefill:.2f}x "
             f"the prefill; int8 saturates at {link.rate_for(1.0):.3f} req/s)")  # fmt: skip
         trace = prepare_trace(profile, link, args)
@@ -152,17 +160,51 @@ def measure(profile, model: Path, args, loopback) -> dict:
             try:
                 slo_ms = run_deployment(group, link, profile, model, args, loopback, trace, prompt, idle, slo_ms, rows)
             except Exception as exc:  # one deployment that cannot serve leaves the others' points standing
-                log(f"{mode} ({topology}) failed: {type(exc).__name__}: {exc}")
-                failed[f"{topology}/{mode}"] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
+                note_failure(failed, f"{topology}/{mode}", exc)
             partial = {"profile": profile_dict(profile), "link": link.as_dict(), "idle": idle, "failed": failed,
                        "rows": [strip(r) for r in rows]}  # fmt: skip
             (args.out / "serving_load.partial.json").write_text(json.dumps(partial))
+        link_bound = idle_link_bound(profile, reference, args, failed)
         log("judging lynx and auto answers against int8's, token by token")
         exactness = judge_points(rows, reference.url)
     finally:
         reference.stop()
     return {"profile": profile_dict(profile), "link": link.as_dict(), "idle": idle, "ttft_slo_ms": slo_ms,
-            "failed": failed, "rows": [strip(r) for r in rows], "exactness": exactness}  # fmt: skip
+            "idle_link_bound": link_bound, "failed": failed, "rows": [strip(r) for r in rows],
+            "exactness": exactness}  # fmt: skip
+
+
+def idle_link_bound(profile, reference, args, failed: dict) -> dict | None:
+    """Each of `profile.idle_modes` alone, `idle_input_tokens`-token prompts on a link where BF16's
+    transfer is `idle_bf16_over_prefill` x their prefill (timed on `reference`): the link-bound first
+    token with nothing else on the link."""
+    if not profile.idle_modes or not profile.idle_bf16_over_prefill:
+        return None
+    prompt = list(range(2000, 2000 + profile.idle_input_tokens))
+    prefill_s = deployments.prefill_seconds(reference, prompt, repeats=3)
+    slow = link_for(prefill_s, stream_bytes(profile.idle_input_tokens), profile.idle_bf16_over_prefill)
+    idle = {}
+    for mode in profile.idle_modes:
+        log(f"{mode}: idle alone, {len(prompt)}-token prompts, prefill {prefill_s:.2f} s, on {slow.gbps:.4f} Gbit/s "
+            f"(BF16 transfer {slow.bf16_over_prefill:.2f}x the prefill)")  # fmt: skip
+        make = functools.partial(deployments.pair, mode, slow, profile, args.out / "logs" / f"idle-{mode}")
+        try:
+            pd = deployments.start_pair(make, log)
+            try:
+                idle[mode] = deployments.idle_ttft(pd, prompt, profile.output_tokens)
+            finally:
+                pd.stop()
+        except Exception as exc:
+            note_failure(failed, f"idle/{mode}", exc)
+            continue
+        log(f"{mode}: idle TTFT {idle[mode]['ttft_s']:.2f} s")
+    return {"input_tokens": len(prompt), "link": slow.as_dict(), "idle": idle}
+
+
+def note_failure(failed: dict, key: str, exc: Exception) -> None:
+    """A deployment that did not serve: logged, and kept in the result under `key`."""
+    log(f"{key} failed: {type(exc).__name__}: {exc}")
+    failed[key] = f"{type(exc).__name__}: {str(exc)[-1500:]}"
 
 
 def rejudge(out: Path) -> int:
@@ -210,13 +252,14 @@ def run_deployment(group, link, profile, model, args, loopback, trace, prompt, i
     return slo_ms
 
 
-def stream_bytes(profile, modes) -> dict[str, int]:
+def stream_bytes(tokens: int) -> dict[str, int]:
+    """The bytes one prompt of `tokens` tokens puts on the link, per mode."""
     import torch
     from lynx.kvwire import KVShape, WireFormat
     from lynx_deploy.models import SMOLLM2
 
-    shape = KVShape(SMOLLM2.num_layers, profile.input_tokens, SMOLLM2.kv_heads, SMOLLM2.head_dim, torch.bfloat16)
-    sizes = {mode: sum(WireFormat.for_mode(mode, "int8").stream_sizes(shape)) for mode in modes}
+    shape = KVShape(SMOLLM2.num_layers, tokens, SMOLLM2.kv_heads, SMOLLM2.head_dim, torch.bfloat16)
+    sizes = {mode: sum(WireFormat.for_mode(mode, "int8").stream_sizes(shape)) for mode in STREAM_MODES}
     sizes[STOCK] = sizes["bf16"]
     sizes[STOCK_FP8] = sizes["bf16"] // 2  # one byte per KV element
     sizes["auto"] = sizes["lynx"]

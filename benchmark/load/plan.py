@@ -61,11 +61,16 @@ class Profile:
     trace_requests: int = 20
     fan_in_load: float = 0.85
     fan_in_modes: tuple[str, ...] = ("int8", "lynx")
+    # The link-bound first token alone: one pair per mode, `idle_input_tokens`-token prompts on a slower
+    # link where BF16's transfer is this multiple of their prefill, timed idle only (0: none).
+    idle_bf16_over_prefill: float = 4.0
+    idle_input_tokens: int = 2048
+    idle_modes: tuple[str, ...] = ("int8", "lynx")
     seed: int = 7
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("modes", "shared_prefix_modes", "trace_modes", "fan_in_modes"):
+        for name in ("modes", "shared_prefix_modes", "trace_modes", "fan_in_modes", "idle_modes"):
             modes = getattr(self, name)
             unknown = {base_mode(m) for m in modes} - set(ALL_MODES)
             unknown |= {v for m in modes for v in m.split(":")[1:] if v not in VARIANTS}
@@ -76,10 +81,12 @@ class Profile:
             raise ValueError(f"loads must be fractions of int8's link in (0, 5), got {self.loads}")
         if min(self.requests, self.light_requests, self.trace_requests) < 2:
             raise ValueError("a point needs at least 2 requests")
-        if self.input_tokens < 64 or self.output_tokens < 2:
-            raise ValueError("input_tokens must be >= 64 and output_tokens >= 2")
-        if not self.bf16_over_prefill > 0 or not self.chunk_ms > 0:
-            raise ValueError("bf16_over_prefill and chunk_ms must be > 0")
+        if min(self.input_tokens, self.idle_input_tokens) < 64 or self.output_tokens < 2:
+            raise ValueError("input_tokens and idle_input_tokens must be >= 64, output_tokens >= 2")
+        if not self.bf16_over_prefill > 0 or not self.chunk_ms > 0 or not self.idle_bf16_over_prefill >= 0:
+            raise ValueError("bf16_over_prefill and chunk_ms must be > 0, idle_bf16_over_prefill >= 0")
+        if set(self.idle_modes) & set(STOCK_MODES):
+            raise ValueError("idle_modes: the idle link-bound pairs are paced by Lynx; stock modes cannot be")
         if REFERENCE_MODE not in self.modes and set(JUDGED_MODES) & {base_mode(m) for m in self.modes}:
             raise ValueError("lynx and auto are judged against int8: include int8 in the modes")
 
@@ -88,7 +95,7 @@ PROFILES = {
     "default": Profile(),
     # A few minutes: two modes, two rates, no trace or fan-in (wiring checks, not results).
     "smoke": Profile(modes=("int8", "lynx"), loads=(0.3, 0.85), requests=6, light_requests=6, shared_prefix_modes=(),
-                     trace_modes=(), fan_in_modes=()),  # fmt: skip
+                     trace_modes=(), fan_in_modes=(), idle_modes=()),  # fmt: skip
 }
 
 

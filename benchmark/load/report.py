@@ -162,6 +162,20 @@ def exactness_line(result: dict) -> str:
                if wrong else ""))  # fmt: skip
 
 
+def idle_link_bound_line(result: dict) -> str | None:
+    """The idle-only pairs on the slower link: each mode's first token alone, and int8's over lynx's."""
+    bound = result.get("idle_link_bound")
+    if not bound or not bound["idle"]:
+        return None
+    idle = bound["idle"]
+    times = ", ".join(f"`{mode}` {values['ttft_s']:.2f} s" for mode, values in idle.items())
+    ratio = (f"; `int8` / `lynx` {idle['int8']['ttft_s'] / idle['lynx']['ttft_s']:.2f}"
+             if {"int8", "lynx"} <= set(idle) else "")  # fmt: skip
+    return (f"Alone on an idle pair, {bound['input_tokens']}-token prompts on a slower link "
+            f"({bound['link']['gbps']:.4f} Gbit/s, BF16 transfer {bound['link']['bf16_over_prefill']:.2f}x their "
+            f"prefill of {bound['link']['prefill_s']:.2f} s), medians of 3 requests: TTFT {times}{ratio}.")
+
+
 def markdown(result: dict) -> str:
     link = result["link"]
     return "\n\n".join([
@@ -177,6 +191,7 @@ def markdown(result: dict) -> str:
         "Per request, against `int8`'s answer to the same request (medians):",
         timeline_table(result),
         exactness_line(result),
+        *([line] if (line := idle_link_bound_line(result)) else []),
         *(["Deployments that did not serve: " + "; ".join(f"{k}: {v.splitlines()[0][:300]}" for k, v in result["failed"].items())]
           if result.get("failed") else []),
     ])  # fmt: skip

@@ -167,3 +167,20 @@ def test_the_comparison_counts_requests_within_twice_the_modes_own_idle_ttft_bes
     (comparison,) = report.comparisons(result)
     assert comparison["within_own_slo"] == "2 vs 1 of 3", "3.0 s: a failed request never counts"
     assert report.comparisons({"rows": [int8, lynx]})[0]["within_own_slo"] is None
+
+
+def test_the_idle_link_bound_pairs_run_on_a_slower_link_and_the_report_gives_int8_over_lynx():
+    link = link_for(prefill_s=2.0, stream_bytes=BYTES, bf16_over_prefill=3.0)
+    slow = link_for(link.prefill_s, link.stream_bytes, PROFILES["default"].idle_bf16_over_prefill)
+    assert slow.transfer_s("bf16") == pytest.approx(8.0, rel=1e-4) and slow.gbps < link.gbps
+    assert PROFILES["default"].idle_modes == ("int8", "lynx") and PROFILES["smoke"].idle_modes == ()
+    with pytest.raises(ValueError, match="paced by Lynx"):
+        Profile(idle_modes=("stock",))
+    with pytest.raises(ValueError, match="idle_bf16_over_prefill"):
+        Profile(idle_bf16_over_prefill=-1.0)
+    bound = {"input_tokens": 2048, "link": {"gbps": slow.gbps, "bf16_over_prefill": 4.0, "prefill_s": 2.0},
+             "idle": {"int8": {"ttft_s": 2.6}, "lynx": {"ttft_s": 1.3}}}  # fmt: skip
+    line = report.idle_link_bound_line({"idle_link_bound": bound})
+    assert "2048-token prompts" in line and "4.00x their prefill of 2.00 s" in line and "`int8` 2.60 s, `lynx` 1.30 s; `int8` / `lynx` 2.00" in line
+    assert report.idle_link_bound_line({"idle_link_bound": {**bound, "idle": {"int8": {"ttft_s": 2.6}}}}).endswith("`int8` 2.60 s.")
+    assert report.idle_link_bound_line({}) is None
