@@ -29,6 +29,7 @@ BLOCK = re.compile(r"(<!-- generated: (\S+) (\S+) -->\n)(.*?)(<!-- end generated
 # Renderer name -> (module under benchmark/, function taking the parsed JSON, returning Markdown).
 RENDERERS = {
     "serving_load": ("load.report", "markdown"),
+    "serving_load_idle": ("load.report", "idle_link_bound_line"),
     "fault_load": ("faults.report", "markdown"),
     "fault_matrix": ("faults.report", "matrix_markdown"),
     "idle_cpu": ("idle_cpu", "markdown"),

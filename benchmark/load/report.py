@@ -163,17 +163,24 @@ def exactness_line(result: dict) -> str:
 
 
 def idle_link_bound_line(result: dict) -> str | None:
-    """The idle-only pairs on the slower link: each mode's first token alone, and int8's over lynx's."""
+    """The idle-only pairs on the slower link: each mode's first token alone, int8's over lynx's, and
+    lynx's against its anchor's bytes at the link rate (`int4`'s stream: the same bytes) plus one of
+    int8's idle decode steps."""
     bound = result.get("idle_link_bound")
     if not bound or not bound["idle"]:
         return None
-    idle = bound["idle"]
+    idle, link = bound["idle"], bound["link"]
     times = ", ".join(f"`{mode}` {values['ttft_s']:.2f} s" for mode, values in idle.items())
-    ratio = (f"; `int8` / `lynx` {idle['int8']['ttft_s'] / idle['lynx']['ttft_s']:.2f}"
-             if {"int8", "lynx"} <= set(idle) else "")  # fmt: skip
-    return (f"Alone on an idle pair, {bound['input_tokens']}-token prompts on a slower link "
-            f"({bound['link']['gbps']:.4f} Gbit/s, BF16 transfer {bound['link']['bf16_over_prefill']:.2f}x their "
-            f"prefill of {bound['link']['prefill_s']:.2f} s), medians of 3 requests: TTFT {times}{ratio}.")
+    text = (f"Alone on an idle pair, {bound['input_tokens']}-token prompts on a slower link ({link['gbps']:.4f} "
+            f"Gbit/s, BF16 transfer {link['bf16_over_prefill']:.2f}x their prefill of {link['prefill_s']:.2f} s), "
+            f"medians of 3 requests: TTFT {times}")  # fmt: skip
+    if {"int8", "lynx"} <= set(idle):
+        anchor_s = link["stream_bytes"]["int4"] * 8 / (link["gbps"] * 1e9)
+        step_s = (idle["int8"]["e2e_s"] - idle["int8"]["ttft_s"]) / (result["profile"]["output_tokens"] - 1)
+        text += (f"; `int8` / `lynx` {idle['int8']['ttft_s'] / idle['lynx']['ttft_s']:.2f}; `lynx`'s first token "
+                 f"{idle['lynx']['ttft_s'] / (anchor_s + step_s):.2f}x its anchor's bytes at the link rate "
+                 f"({anchor_s:.2f} s) plus one of `int8`'s idle decode steps ({step_s:.2f} s)")  # fmt: skip
+    return text + "."
 
 
 def markdown(result: dict) -> str:

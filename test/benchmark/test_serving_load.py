@@ -178,9 +178,13 @@ def test_the_idle_link_bound_pairs_run_on_a_slower_link_and_the_report_gives_int
         Profile(idle_modes=("stock",))
     with pytest.raises(ValueError, match="idle_bf16_over_prefill"):
         Profile(idle_bf16_over_prefill=-1.0)
-    bound = {"input_tokens": 2048, "link": {"gbps": slow.gbps, "bf16_over_prefill": 4.0, "prefill_s": 2.0},
-             "idle": {"int8": {"ttft_s": 2.6}, "lynx": {"ttft_s": 1.3}}}  # fmt: skip
-    line = report.idle_link_bound_line({"idle_link_bound": bound})
-    assert "2048-token prompts" in line and "4.00x their prefill of 2.00 s" in line and "`int8` 2.60 s, `lynx` 1.30 s; `int8` / `lynx` 2.00" in line
-    assert report.idle_link_bound_line({"idle_link_bound": {**bound, "idle": {"int8": {"ttft_s": 2.6}}}}).endswith("`int8` 2.60 s.")
+    bound = {"input_tokens": 2048, "link": {"gbps": 0.008, "bf16_over_prefill": 4.0, "prefill_s": 2.0,
+                                            "stream_bytes": {"int4": 4_000_000}},
+             "idle": {"int8": {"ttft_s": 2.6, "e2e_s": 3.6}, "lynx": {"ttft_s": 4.51}}}  # fmt: skip
+    line = report.idle_link_bound_line({"idle_link_bound": bound, "profile": {"output_tokens": 11}})
+    assert "2048-token prompts" in line and "4.00x their prefill of 2.00 s" in line
+    assert "`int8` 2.60 s, `lynx` 4.51 s; `int8` / `lynx` 0.58" in line
+    assert "`lynx`'s first token 1.10x its anchor's bytes at the link rate (4.00 s) plus one of `int8`'s idle decode steps (0.10 s)" in line
+    only_int8 = {**bound, "idle": {"int8": bound["idle"]["int8"]}}
+    assert report.idle_link_bound_line({"idle_link_bound": only_int8}).endswith("`int8` 2.60 s.")
     assert report.idle_link_bound_line({}) is None
