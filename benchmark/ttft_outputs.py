@@ -11,7 +11,9 @@ started the first time a tie needs it); seeded samples by the seeded near-tie
 rule. Where no continuation can rebuild a request's state (a grammar, a
 repetition penalty, a sample's position-seeded noise), the tokens after a tie
 are counted as unchecked. Each judged lynx row keeps the counts and every
-parting with its gap (``judged``).
+parting with its gap, and how far its returned logprobs of greedy outputs are
+from int8's before any parting (``judged["logprob_drift"]``: positions, max,
+mean).
 """
 
 from __future__ import annotations
@@ -77,16 +79,36 @@ def judge_rows(
     """
     out = []
     for lynx, int8 in judged_pairs(rows):
-        tally = Tally()
+        tally, drifts = Tally(), []
         for index, (mine, ref) in enumerate(zip(lynx["runs"], int8["runs"])):
             if mine.get("output_ids") is None or ref.get("output_ids") is None:
                 continue  # a run recorded without its tokens
             body = request_of(lynx, mine)
             tally.add(_judge_run(mine, ref, body, encode, reference_url, vocab, index))
+            if body["sampling_params"].get("temperature", 0) == 0:
+                drifts += logprob_drift(mine, ref)
         lynx["judged"] = tally.as_dict()
+        if drifts:
+            lynx["judged"]["logprob_drift"] = {"positions": len(drifts), "max": max(drifts),
+                                               "mean": sum(drifts) / len(drifts)}  # fmt: skip
         out.append({k: lynx.get(k) for k in ("link_gbps", "prompt_tokens", "request_type", "segment_tokens", "transport")}
                    | {"summary": tally.summary(), "ok": tally.ok})  # fmt: skip
     return out
+
+
+def logprob_drift(mine: dict, ref: dict) -> list[float]:
+    """How far lynx's returned logprob of each output token is from int8's, position by position up
+    to where the two outputs part (the same token after the same prefix; both top lists hold it)."""
+    drifts = []
+    pairs = zip(mine["output_ids"], ref["output_ids"], mine.get("tops") or (), ref.get("tops") or ())
+    for token, other, tops, ref_tops in pairs:
+        if token != other:
+            break
+        mine_lp = next((lp for lp, t, *_ in tops if int(t) == token), None)
+        ref_lp = next((lp for lp, t, *_ in ref_tops if int(t) == token), None)
+        if mine_lp is not None and ref_lp is not None:
+            drifts.append(abs(mine_lp - ref_lp))
+    return drifts
 
 
 def _judge_run(mine: dict, ref: dict, body: dict, encode, reference_url, vocab: int, index: int) -> Tally:

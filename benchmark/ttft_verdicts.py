@@ -216,7 +216,7 @@ def markdown(document: dict) -> str:
     totals = {k: sum(j[k] for j in judged) for k in ("answers", "tokens_judged", "wrong", "near_ties")}
     lines += ["", f"{sum(met)} of {len(met)} cells meet the bar; `lynx`'s answers judged against `int8`'s: "
               f"{totals['answers']} answers, {totals['tokens_judged']:,} tokens, {md.count(totals['near_ties'], 'near tie')}, "
-              f"{totals['wrong']} wrong" + ("." if not partings else ":")]  # fmt: skip
+              f"{totals['wrong']} wrong" + _drift(judged) + ("." if not partings else ":")]  # fmt: skip
     for rate, kind, p in partings:
         gap = "" if p.get("gap") is None else f", gap {p['gap']:.4f} nats"
         lines.append(f"- {rate:g} Gbit/s, {kind}, repeat {p['request']}: {p['kind'].replace('_', ' ')} at output "
@@ -244,6 +244,17 @@ def _span(values: list[float]) -> str:
 
 def _drafted(lynx_rows: list[dict]) -> str:
     return ", ".join(f"{r.get('speculative_tokens', 0)} ({r.get('accepted_tokens', 0)})" for r in lynx_rows)
+
+
+def _drift(judged: list[dict]) -> str:
+    """How far the greedy answers' returned logprobs are from int8's, over every judged row that has them."""
+    drifts = [j["logprob_drift"] for j in judged if j.get("logprob_drift")]
+    if not drifts:
+        return ""
+    positions = sum(d["positions"] for d in drifts)
+    mean = sum(d["mean"] * d["positions"] for d in drifts) / positions
+    return (f"; returned logprobs of the same greedy tokens within {max(d['max'] for d in drifts):.3f} nats of "
+            f"`int8`'s ({positions:,} positions, mean {mean:.4f})")
 
 
 def _judged(judged: dict | None) -> str:

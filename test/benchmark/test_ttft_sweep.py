@@ -214,6 +214,24 @@ def test_lynx_runs_are_judged_token_by_token_against_int8_and_after_a_tie_agains
     assert entry["judged"] is judged
 
 
+def test_the_logprob_drift_of_greedy_runs_is_measured_on_the_tokens_before_a_parting():
+    outputs = _outputs()
+    ref = {"output_ids": [5, 6, 7], "tops": _tops((5, 1, 1.0), (6, 8, 1.0), (7, 1, 1.0)), "prompt_tokens": 3}
+    moved = [[[-0.13, 5, None], [-1.1, 1, None]], [[-0.105, 6, None], [-1.1, 8, None]], [[-0.1, 9, None]]]
+    int8 = _row("int8", "greedy", runs=[ref | {"request": [1000, r]} for r in range(2)])
+    lynx_runs = [{"output_ids": [5, 6, 7], "tops": moved}, {"output_ids": [5, 6, 9], "tops": moved}]
+    lynx = _row("lynx", "greedy", runs=[run | {"request": [1000, r]} for r, run in enumerate(lynx_runs)])
+    body = {"text": "abc", "sampling_params": {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}}
+    outputs.judge_rows([int8, lynx], lambda row, run: body, lambda text: [1, 2, 3], lambda: "unused", vocab=16)
+    drift = lynx["judged"]["logprob_drift"]
+    assert drift["positions"] == 4, "run 1's third token parts, run 0's is not in int8's tops: neither counts"
+    assert drift["max"] == pytest.approx(0.03) and drift["mean"] == pytest.approx(0.0175)
+    import ttft_verdicts
+
+    sentence = ttft_verdicts._drift([lynx["judged"], {"answers": 1}])
+    assert sentence == "; returned logprobs of the same greedy tokens within 0.030 nats of `int8`'s (4 positions, mean 0.0175)"
+
+
 def test_runs_whose_state_no_continuation_rebuilds_count_the_tokens_after_a_tie_unchecked():
     outputs = _outputs()
     ref = {"output_ids": [5, 6, 7], "tops": _tops((5, 1, 1.0), (6, 8, 0.01), (7, 1, 1.0)), "request": [1000, 0]}
