@@ -42,6 +42,7 @@ RENDERERS = {
     "codec_anchor_designs": ("codec_report", "anchor_markdown"),
     "codec_residual_designs": ("codec_report", "residual_markdown"),
     "codec_throughput": ("codec_speed_report", "throughput_markdown"),
+    "codec_segment": ("codec_segment", "sentence"),
     "codec_throughput_ms": ("codec_speed_report", "throughput_ms_markdown"),
     "gpu_bandwidth": ("codec_speed_report", "gpu_bandwidth_markdown"),
     "gpu_bandwidth_sentence": ("codec_speed_report", "gpu_bandwidth_sentence"),
