@@ -71,9 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         median = statistics.median(time_op(fn, 1, args.repeats))
         rows.append({"op": op, "mode": mode, "median_s": median})
         print(f"{op:<13} {mode:<5} {median * 1e3:8.1f} ms", file=sys.stderr, flush=True)
-    result = {"date": datetime.date.today().isoformat(), "commit": provenance.commit(Path(__file__).parent), "threads": torch.get_num_threads(),
-              "cpus": os.cpu_count(), "tokens": args.tokens, "layers": SMOLLM2.num_layers, "kv_heads": SMOLLM2.kv_heads,
-              "head_dim": SMOLLM2.head_dim, "preset": PRESET, "repeats": args.repeats, "rows": rows}  # fmt: skip
+    result = {"date": datetime.date.today().isoformat(), "commit": provenance.commit(Path(__file__).parent),
+              "threads": torch.get_num_threads(), "cpus": os.cpu_count(), "tokens": args.tokens,
+              "layers": SMOLLM2.num_layers, "kv_heads": SMOLLM2.kv_heads, "head_dim": SMOLLM2.head_dim,
+              "preset": PRESET, "repeats": args.repeats, "rows": rows}  # fmt: skip
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1))
     print(sentence(result))
@@ -87,7 +88,8 @@ def sentence(result: dict) -> str:
         by_op.setdefault(row["op"], []).append(f"`{row['mode']}` {row['median_s'] * 1e3:.0f}")
     ops = "; ".join(f"{OP_NAMES[op]} {', '.join(cells)}" for op, cells in by_op.items())
     return (f"One {result['tokens']}-token SmolLM2 segment of {result['layers']} layers as the servers move it "
-            f"(`WireFormat`, slots in random order, {md.count(result['threads'], 'thread')}, medians of {result['repeats']}; "
+            f"(`WireFormat`, slots in random order, {md.count(result['threads'], 'thread')}, "
+            f"medians of {result['repeats']}; "
             f"{result['date']}, commit {result['commit']}), ms: {ops}.\n")
 
 
