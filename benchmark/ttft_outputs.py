@@ -12,8 +12,10 @@ rule. Where no continuation can rebuild a request's state (a grammar, a
 repetition penalty, a sample's position-seeded noise), the tokens after a tie
 are counted as unchecked. Each judged lynx row keeps the counts and every
 parting with its gap, and how far its returned logprobs of greedy outputs are
-from int8's before any parting (``judged["logprob_drift"]``: positions, max,
-mean).
+from int8's before any parting: of each output token (``judged["logprob_drift"]``:
+positions, max, mean) and of every other logprob both returned
+(``judged["logprob_drift_more"]``: per kind, ``top`` for the top-logprob
+lists and ``token_ids`` for the asked token ids, values, max, mean).
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ from ttft_verdicts import judged_pairs
 # Top logprobs per output position in every mode's requests: two judge a greedy parting; a
 # seeded sample's parting token may rank lower in the reference (`exactness.compare_sampled`).
 LOGPROBS = {"greedy": 2, "sampled": 20}
+# A run's per-position logprob lists, which the judging reads and the JSON does not keep.
+JUDGED_ONLY = ("tops", "ids_tops")
+
+
+def kept(run: dict) -> dict:
+    """`run` as a JSON keeps it: without `JUDGED_ONLY`."""
+    return {k: v for k, v in run.items() if k not in JUDGED_ONLY}
 
 
 def stream_recorded(url: str, body: dict, nth: Sequence[int] = (1,), timeout: float = 600.0) -> dict:
@@ -44,7 +53,8 @@ def stream_recorded(url: str, body: dict, nth: Sequence[int] = (1,), timeout: fl
 def stream_direct_recorded(pd, body: dict, room: int, nth: Sequence[int] = (1,), timeout: float = 600.0) -> dict:
     """`stream_recorded` of the decode server's stream, the request sent to both servers with
     bootstrap room `room` (bypassing the router), plus ``prefill_s``: the prefill server's own time
-    for the request (bootstrap, prefill, KV snapshot), as `PDDeployment.stream_direct` reports it."""
+    for the request (bootstrap, prefill, KV snapshot), as `PDDeployment.stream_direct` reports it,
+    and ``prefill_cached_tokens``: how many prompt tokens its radix cache held."""
     fields = pd.bootstrap_fields(room)
     prefill: dict = {}
 
@@ -62,7 +72,8 @@ def stream_direct_recorded(pd, body: dict, room: int, nth: Sequence[int] = (1,),
         thread.join(timeout)
     if "answer" not in prefill:
         raise RuntimeError(f"the prefill server did not answer: {prefill.get('error', 'timed out')}")
-    return {**result, "prefill_s": prefill["answer"]["meta_info"]["e2e_latency"]}
+    meta = prefill["answer"]["meta_info"]
+    return {**result, "prefill_s": meta["e2e_latency"], "prefill_cached_tokens": meta.get("cached_tokens")}
 
 
 def judge_rows(
@@ -79,35 +90,47 @@ def judge_rows(
     """
     out = []
     for lynx, int8 in judged_pairs(rows):
-        tally, drifts = Tally(), []
+        tally, drifts = Tally(), {}
         for index, (mine, ref) in enumerate(zip(lynx["runs"], int8["runs"])):
             if mine.get("output_ids") is None or ref.get("output_ids") is None:
                 continue  # a run recorded without its tokens
             body = request_of(lynx, mine)
             tally.add(_judge_run(mine, ref, body, encode, reference_url, vocab, index))
             if body["sampling_params"].get("temperature", 0) == 0:
-                drifts += logprob_drift(mine, ref)
+                for kind, values in logprob_drift(mine, ref).items():
+                    drifts.setdefault(kind, []).extend(values)
         lynx["judged"] = tally.as_dict()
-        if drifts:
-            lynx["judged"]["logprob_drift"] = {"positions": len(drifts), "max": max(drifts),
-                                               "mean": sum(drifts) / len(drifts)}  # fmt: skip
+        if drifts.get("output"):
+            lynx["judged"]["logprob_drift"] = _stats(drifts.pop("output"), "positions")
+        more = {kind: _stats(values, "values") for kind, values in drifts.items() if values}
+        if more:
+            lynx["judged"]["logprob_drift_more"] = more
         out.append({k: lynx.get(k) for k in ("link_gbps", "prompt_tokens", "request_type", "segment_tokens", "transport")}
                    | {"summary": tally.summary(), "ok": tally.ok})  # fmt: skip
     return out
 
 
-def logprob_drift(mine: dict, ref: dict) -> list[float]:
-    """How far lynx's returned logprob of each output token is from int8's, position by position up
-    to where the two outputs part (the same token after the same prefix; both top lists hold it)."""
-    drifts = []
-    pairs = zip(mine["output_ids"], ref["output_ids"], mine.get("tops") or (), ref.get("tops") or ())
-    for token, other, tops, ref_tops in pairs:
+def _stats(values: list[float], counted: str) -> dict:
+    return {counted: len(values), "max": max(values), "mean": sum(values) / len(values)}
+
+
+def logprob_drift(mine: dict, ref: dict) -> dict[str, list[float]]:
+    """How far lynx's returned logprobs are from int8's, position by position up to where the two
+    outputs part: ``output``, the logprob of the output token (the same token after the same prefix;
+    both top lists hold it); ``top``, every other token both top lists hold; ``token_ids``, every
+    asked token id both returned."""
+    drifts: dict[str, list[float]] = {"output": [], "top": [], "token_ids": []}
+    positions = zip(mine["output_ids"], ref["output_ids"], mine.get("tops") or (), ref.get("tops") or ())
+    for pos, (token, other, tops, ref_tops) in enumerate(positions):
         if token != other:
             break
-        mine_lp = next((lp for lp, t, *_ in tops if int(t) == token), None)
-        ref_lp = next((lp for lp, t, *_ in ref_tops if int(t) == token), None)
-        if mine_lp is not None and ref_lp is not None:
-            drifts.append(abs(mine_lp - ref_lp))
+        theirs = {int(t): lp for lp, t, *_ in ref_tops}
+        for lp, t, *_ in tops:
+            if int(t) in theirs and lp is not None and theirs[int(t)] is not None:
+                drifts["output" if int(t) == token else "top"].append(abs(lp - theirs[int(t)]))
+        if pos < len(mine.get("ids_tops") or ()) and pos < len(ref.get("ids_tops") or ()):
+            asked = {int(t): lp for lp, t, *_ in ref["ids_tops"][pos]}
+            drifts["token_ids"] += [abs(lp - asked[int(t)]) for lp, t, *_ in mine["ids_tops"][pos] if int(t) in asked]
     return drifts
 
 

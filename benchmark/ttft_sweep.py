@@ -19,8 +19,8 @@ minute of a shared machine.
 
 Request types (`--request-types`): ``greedy``; ``sampled`` (temperature 0.8,
 top-p 0.95, a seed); ``logprobs`` (greedy with the top 5 logprobs of every
-token); ``json`` (a JSON schema); ``repetition`` (repetition penalty 1.2).
-Every type runs to `--max-tokens` tokens (``ignore_eos``; the JSON schema asks
+token and the logprobs of three fixed token ids, `TOKEN_IDS`); ``json`` (a
+JSON schema); ``repetition`` (repetition penalty 1.2). Every type runs to `--max-tokens` tokens (``ignore_eos``; the JSON schema asks
 for enough items), and every request in every mode asks for the top logprobs
 of each output token (2; 20 for ``sampled``): each ``lynx`` run is judged
 token by token against the ``int8`` run of the same request (`ttft_outputs`:
@@ -64,7 +64,7 @@ from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing import provenance
 from lynx_testing.netns import INSIDE_ENV, isolated
 from lynx_testing.prompts import chat_prompt, long_question
-from ttft_outputs import LOGPROBS, judge_with_loopback, stream_direct_recorded, stream_recorded
+from ttft_outputs import LOGPROBS, judge_with_loopback, kept, stream_direct_recorded, stream_recorded
 from ttft_verdicts import FLOOR, agreement, nth_keys, overlap, pipelining, verdicts
 
 JSON_SCHEMA = {
@@ -72,11 +72,12 @@ JSON_SCHEMA = {
     "properties": {"points": {"type": "array", "items": {"type": "string", "minLength": 24}, "minItems": 20}},
     "required": ["points"],
 }
+TOKEN_IDS = [11, 30, 198]  # SmolLM2's <jupyter_start>, "." and newline: mostly far below the top
 WARM_UP_TOKENS = 64  # prompt length of the untimed warm-up requests
 REQUEST_TYPES = {
     "greedy": {},
     "sampled": {"sampling_params": {"temperature": 0.8, "top_p": 0.95}},
-    "logprobs": {"return_logprob": True, "top_logprobs_num": 5},
+    "logprobs": {"return_logprob": True, "top_logprobs_num": 5, "token_ids_logprob": TOKEN_IDS},
     "json": {"sampling_params": {"json_schema": json.dumps(JSON_SCHEMA)}},
     "repetition": {"sampling_params": {"repetition_penalty": 1.2}},
 }
@@ -341,10 +342,10 @@ def write_json(args, rows: list[dict]) -> None:
     """The rows (each run's tokens, not its top logprobs, which only the judging reads), verdicts and judgement."""
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     add_ratios(rows)
-    kept = [r | {"runs": [{k: v for k, v in run.items() if k != "tops"} for run in r["runs"]]} for r in rows]
+    kept_rows = [r | {"runs": [kept(run) for run in r["runs"]]} for r in rows]
     wall_s = round(time.time() - args.started) if getattr(args, "started", None) else None
     document = {"date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(Path(__file__).parent), "wall_s": wall_s,
-                "args": {k: v for k, v in vars(args).items() if k not in LOCAL_ARGS}, "rows": kept,
+                "args": {k: v for k, v in vars(args).items() if k not in LOCAL_ARGS}, "rows": kept_rows,
                 "verdicts": verdicts(rows), "pipelining": pipelining(rows), "overlap": overlap(rows),
                 "agreement": agreement(rows)}  # fmt: skip
     Path(args.json).write_text(json.dumps(document, indent=2))

@@ -247,14 +247,28 @@ def _drafted(lynx_rows: list[dict]) -> str:
 
 
 def _drift(judged: list[dict]) -> str:
-    """How far the greedy answers' returned logprobs are from int8's, over every judged row that has them."""
+    """How far the greedy answers' returned logprobs are from int8's, over every judged row that has them:
+    the output tokens', then the other top-list entries' and the asked token ids' where recorded."""
     drifts = [j["logprob_drift"] for j in judged if j.get("logprob_drift")]
     if not drifts:
         return ""
-    positions = sum(d["positions"] for d in drifts)
-    mean = sum(d["mean"] * d["positions"] for d in drifts) / positions
-    return (f"; returned logprobs of the same greedy tokens within {max(d['max'] for d in drifts):.3f} nats of "
-            f"`int8`'s ({positions:,} positions, mean {mean:.4f})")
+    text = (f"; returned logprobs of the same greedy tokens within {_most(drifts)} of `int8`'s "
+            f"({_mean(drifts, 'positions')})")
+    for kind, words in (("top", "of the other top-list tokens"), ("token_ids", "of the asked token ids")):
+        more = [j["logprob_drift_more"][kind] for j in judged if kind in j.get("logprob_drift_more", {})]
+        if more:
+            text += f", {words} within {_most(more)} ({_mean(more, 'values')})"
+    return text
+
+
+def _most(stats: list[dict]) -> str:
+    return f"{max(s['max'] for s in stats):.3f} nats"
+
+
+def _mean(stats: list[dict], counted: str) -> str:
+    count = sum(s[counted] for s in stats)
+    mean = sum(s["mean"] * s[counted] for s in stats) / count
+    return f"{count:,} {counted}, mean {mean:.4f}"
 
 
 def _judged(judged: dict | None) -> str:

@@ -34,8 +34,9 @@ def stream_generate(
     Returns ``ttft_s`` (first output token), ``t{n}_s`` for each n in `nth`
     (the n-th output token), ``prompt_tokens``, ``completion_tokens``, the
     final text, and the fields of ``meta_info["lynx"]`` when the server sent it;
-    with `outputs`, also the final event's ``output_ids`` and per-position top
-    logprobs (``tops``, SGLang's triples).
+    with `outputs`, also the final event's ``output_ids``, per-position top
+    logprobs (``tops``, SGLang's triples) and the logprobs of the token ids the
+    body asked for (``ids_tops``, the same triples; empty unless it asked).
     """
     start = time.perf_counter()
     result: dict = {}
@@ -61,7 +62,8 @@ def stream_generate(
         text=last.get("text", ""),
     )
     if outputs:
-        result.update(output_ids=list(last.get("output_ids") or []), tops=meta.get("output_top_logprobs") or [])
+        result.update(output_ids=list(last.get("output_ids") or []), tops=meta.get("output_top_logprobs") or [],
+                      ids_tops=meta.get("output_token_ids_logprobs") or [])
     return result
 
 

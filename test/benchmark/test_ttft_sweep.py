@@ -217,19 +217,27 @@ def test_lynx_runs_are_judged_token_by_token_against_int8_and_after_a_tie_agains
 def test_the_logprob_drift_of_greedy_runs_is_measured_on_the_tokens_before_a_parting():
     outputs = _outputs()
     ref = {"output_ids": [5, 6, 7], "tops": _tops((5, 1, 1.0), (6, 8, 1.0), (7, 1, 1.0)), "prompt_tokens": 3}
-    moved = [[[-0.13, 5, None], [-1.1, 1, None]], [[-0.105, 6, None], [-1.1, 8, None]], [[-0.1, 9, None]]]
+    moved = [[[-0.13, 5, None], [-1.2, 1, None]], [[-0.105, 6, None], [-1.1, 8, None]], [[-0.1, 9, None]]]
     int8 = _row("int8", "greedy", runs=[ref | {"request": [1000, r]} for r in range(2)])
-    lynx_runs = [{"output_ids": [5, 6, 7], "tops": moved}, {"output_ids": [5, 6, 9], "tops": moved}]
+    ids = [[[-9.0, 11, None]], [[-8.0, 11, None]], [[-7.0, 11, None]]]
+    int8["runs"][0]["ids_tops"] = ids
+    moved_ids = [[[-9.02, 11, None]], [[-8.05, 11, None]], [[-7.5, 11, None]]]
+    lynx_runs = [{"output_ids": [5, 6, 7], "tops": moved, "ids_tops": moved_ids}, {"output_ids": [5, 6, 9], "tops": moved}]
     lynx = _row("lynx", "greedy", runs=[run | {"request": [1000, r]} for r, run in enumerate(lynx_runs)])
     body = {"text": "abc", "sampling_params": {"max_new_tokens": 3, "temperature": 0, "ignore_eos": True}}
     outputs.judge_rows([int8, lynx], lambda row, run: body, lambda text: [1, 2, 3], lambda: "unused", vocab=16)
     drift = lynx["judged"]["logprob_drift"]
     assert drift["positions"] == 4, "run 1's third token parts, run 0's is not in int8's tops: neither counts"
     assert drift["max"] == pytest.approx(0.03) and drift["mean"] == pytest.approx(0.0175)
+    more = lynx["judged"]["logprob_drift_more"]
+    assert more["top"]["values"] == 4 and more["top"]["max"] == pytest.approx(0.1), "the runner-ups both lists hold"
+    assert more["token_ids"]["values"] == 3 and more["token_ids"]["max"] == pytest.approx(0.5)
     import ttft_verdicts
 
     sentence = ttft_verdicts._drift([lynx["judged"], {"answers": 1}])
-    assert sentence == "; returned logprobs of the same greedy tokens within 0.030 nats of `int8`'s (4 positions, mean 0.0175)"
+    assert sentence == ("; returned logprobs of the same greedy tokens within 0.030 nats of `int8`'s (4 positions, "
+                        "mean 0.0175), of the other top-list tokens within 0.100 nats (4 values, mean 0.0500), "
+                        "of the asked token ids within 0.500 nats (3 values, mean 0.1900)")
 
 
 def test_runs_whose_state_no_continuation_rebuilds_count_the_tokens_after_a_tie_unchecked():
