@@ -24,17 +24,13 @@ a prompt are compared token for token.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import time
-from pathlib import Path
 
 import doc_markdown as md
 from lynx_deploy.deployment import new_room
-from lynx_deploy.models import prepare_smollm2
-from lynx_testing import provenance
 from lynx_testing.prompts import chat_prompt, essay_excerpt
+from pair_modes import add_pair_options, run_modes, stamp
 from ttft_outputs import kept, stream_direct_recorded, stream_recorded
 from ttft_sweep import deployment, request_body, warm_up
 
@@ -45,21 +41,14 @@ FIELDS = ("prefill_cached_tokens", "transferred_tokens", "prefill_s", "anchor_re
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="lynx", help="comma-separated --lynx-mode values, one pair each")
-    parser.add_argument("--link-gbps", type=float, default=0.02, help="the prefill's emulated link, Gbit/s")
+    add_pair_options(parser, "cached_prefix", modes="lynx", link_gbps=0.02)
     parser.add_argument("--prompt-tokens", type=int, default=1024)
     parser.add_argument("--cached-tokens", type=int, default=512, help="essay tokens the cached variant shares")
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=8)
-    parser.add_argument("--segment-tokens", type=int, default=512, help="--lynx-segment-tokens (0 = the KV whole)")
-    parser.add_argument("--chunk-ms", type=float, default=10.0, help="frame size as time on the link (ttft_sweep.py)")
-    parser.add_argument("--chunked-prefill-size", type=int, default=512)
-    parser.add_argument("--json", default="results/cached_prefix.json")
-    parser.add_argument("--log-dir", default="results/cached_prefix_logs")
     args = parser.parse_args(argv)
     if not 0 < args.cached_tokens < args.prompt_tokens:
         parser.error("--cached-tokens must lie between 0 and --prompt-tokens")
-    args.side_by_side = False  # one pair at a time: `ttft_sweep.deployment` reads it
     return args
 
 
@@ -89,23 +78,9 @@ def run_mode(mode: str, model, tokenizer, args) -> dict:
 
 
 def main(argv=None) -> int:
-    from transformers import AutoTokenizer
-
-    args = parse_args(argv)
-    started = time.time()
-    model = prepare_smollm2()
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    rows = []
-    for mode in [m for m in args.modes.split(",") if m]:
-        print(f"{mode}: starting the pair", file=sys.stderr, flush=True)
-        rows.append(run_mode(mode, model, tokenizer, args))
-    document = {"date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(Path(__file__).parent),
-                "wall_s": round(time.time() - started),
-                "args": {k: v for k, v in vars(args).items() if k not in ("log_dir", "side_by_side")},
-                "rows": rows}  # fmt: skip
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(document, indent=1) + "\n")
+    document = run_modes(parse_args(argv), run_mode)
     print(markdown(document))
+    rows = document["rows"]
     cached_used = all(r["medians"]["cached"].get("prefill_cached_tokens", 0) > 0 for r in rows)
     return 0 if cached_used and all(r["every_token_sent"] for r in rows) else 1
 
@@ -114,7 +89,7 @@ def markdown(document: dict) -> str:
     """The docs' table (`scripts/doc_tables.py`): per mode and variant the medians of `FIELDS`, then
     whether the decode received every prompt token and how many prompts gave the same tokens."""
     d, a = document, document["args"]
-    lines = [f"{d['date']}, commit {d['commit']}, {round(d['wall_s'] / 60)} min: {a['link_gbps']:g} Gbit/s, "
+    lines = [f"{stamp(d)}: {a['link_gbps']:g} Gbit/s, "
              f"{a['prompt_tokens']:,}-token prompts, the cached variant's first {a['cached_tokens']} essay tokens "
              f"computed before; {a['repeats']} prompts, medians:", "",
              *md.head(["mode", "variant", "prefill cached tokens", "tokens sent", "prefill s", "anchor ready s",

@@ -19,17 +19,14 @@ request is in flight (sent to answered) and after it.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import threading
 import time
-from pathlib import Path
 
 import doc_markdown as md
-from lynx_deploy.models import prepare_smollm2
 from lynx_deploy.streaming import sse_events, stream_generate
-from lynx_testing import provenance
+from pair_modes import add_pair_options, run_modes, stamp
 from ttft_sweep import deployment, request_body, warm_up
 
 WINDOWS = ("before", "beside", "after")
@@ -38,23 +35,16 @@ FIRST_COUNTED = 10  # the long request's rate counts from this token: its own KV
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="int8,lynx", help="comma-separated --lynx-mode values, one pair each")
-    parser.add_argument("--link-gbps", type=float, default=0.02, help="the prefill's emulated link, Gbit/s")
+    add_pair_options(parser, "decode_beside", modes="int8,lynx", link_gbps=0.02)
     parser.add_argument("--long-prompt-tokens", type=int, default=256)
     parser.add_argument("--long-tokens", type=int, default=240, help="output tokens of the decoding request")
     parser.add_argument("--beside-after", type=int, default=40, help="its token count when the second one is sent")
     parser.add_argument("--prompt-tokens", type=int, default=1024, help="prompt of the arriving request")
     parser.add_argument("--max-tokens", type=int, default=16, help="output tokens of the arriving request")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--segment-tokens", type=int, default=512, help="--lynx-segment-tokens (0 = the KV whole)")
-    parser.add_argument("--chunk-ms", type=float, default=10.0, help="frame size as time on the link (ttft_sweep.py)")
-    parser.add_argument("--chunked-prefill-size", type=int, default=512)
-    parser.add_argument("--json", default="results/decode_beside.json")
-    parser.add_argument("--log-dir", default="results/decode_beside_logs")
     args = parser.parse_args(argv)
     if not FIRST_COUNTED < args.beside_after < args.long_tokens:
         parser.error(f"--beside-after must lie between {FIRST_COUNTED} and --long-tokens")
-    args.side_by_side = False  # one pair at a time: `ttft_sweep.deployment` reads it
     return args
 
 
@@ -115,22 +105,7 @@ def run_mode(mode: str, model, tokenizer, args) -> dict:
 
 
 def main(argv=None) -> int:
-    from transformers import AutoTokenizer
-
-    args = parse_args(argv)
-    started = time.time()
-    model = prepare_smollm2()
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    rows = []
-    for mode in [m for m in args.modes.split(",") if m]:
-        print(f"{mode}: starting the pair", file=sys.stderr, flush=True)
-        rows.append(run_mode(mode, model, tokenizer, args))
-    document = {"date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(Path(__file__).parent),
-                "wall_s": round(time.time() - started),
-                "args": {k: v for k, v in vars(args).items() if k not in ("log_dir", "side_by_side")},
-                "rows": rows}  # fmt: skip
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(document, indent=1) + "\n")
+    document = run_modes(parse_args(argv), run_mode)
     print(markdown(document))
     return 0
 
@@ -143,7 +118,7 @@ def markdown(document: dict) -> str:
     """The docs' table (`scripts/doc_tables.py`): per mode the long request's tokens/s in each window
     (median, range over the repeats) and what the arriving request drafted and kept."""
     d, a = document, document["args"]
-    lines = [f"{d['date']}, commit {d['commit']}, {round(d['wall_s'] / 60)} min: {a['link_gbps']:g} Gbit/s; a "
+    lines = [f"{stamp(d)}: {a['link_gbps']:g} Gbit/s; a "
              f"{a['long_prompt_tokens']:,}-token request decoding {a['long_tokens']} tokens, a "
              f"{a['prompt_tokens']:,}-token one ({a['max_tokens']} tokens) sent at its token {a['beside_after']}; "
              f"{a['repeats']} repeats, tokens/s of the decoding request, median (range):", "",

@@ -29,17 +29,13 @@ docs/BENCHMARKS.md (`scripts/doc_tables.py`, renderer ``pair_cpu``).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import time
-from pathlib import Path
 
 import doc_markdown as md
 import psutil
 from lynx_deploy.deployment import PDDeployment, new_room
-from lynx_deploy.models import prepare_smollm2
-from lynx_testing import provenance
+from pair_modes import add_pair_options, run_modes, stamp
 from ttft_outputs import kept, stream_direct_recorded, stream_recorded
 from ttft_sweep import deployment, request_body, warm_up
 
@@ -49,19 +45,11 @@ ROUTES = ("router", "direct")
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="int4,lynx", help="comma-separated --lynx-mode values, one pair each")
-    parser.add_argument("--link-gbps", type=float, default=0.1, help="the prefill's emulated link, Gbit/s")
+    add_pair_options(parser, "pair_cpu", modes="int4,lynx", link_gbps=0.1)
     parser.add_argument("--prompt-tokens", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=6, help="prompts per mode, each sent by both routes")
     parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--segment-tokens", type=int, default=512, help="--lynx-segment-tokens (0 = the KV whole)")
-    parser.add_argument("--chunk-ms", type=float, default=10.0, help="frame size as time on the link (ttft_sweep.py)")
-    parser.add_argument("--chunked-prefill-size", type=int, default=512)
-    parser.add_argument("--json", default="results/pair_cpu.json")
-    parser.add_argument("--log-dir", default="results/pair_cpu_logs")
-    args = parser.parse_args(argv)
-    args.side_by_side = False  # one pair at a time: `ttft_sweep.deployment` reads it
-    return args
+    return parser.parse_args(argv)
 
 
 def _seconds(times) -> float:
@@ -148,34 +136,18 @@ def summarize(runs: dict[str, list[dict]], max_tokens: int) -> dict:
 
 
 def main(argv=None) -> int:
-    from transformers import AutoTokenizer
-
-    args = parse_args(argv)
-    started = time.time()
-    model = prepare_smollm2()
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    rows = []
-    for mode in [m for m in args.modes.split(",") if m]:
-        print(f"{mode}: starting the pair", file=sys.stderr, flush=True)
-        rows.append(run_mode(mode, model, tokenizer, args))
-    document = {"date": time.strftime("%Y-%m-%d"), "commit": provenance.commit(Path(__file__).parent),
-                "wall_s": round(time.time() - started), "link_gbps": args.link_gbps,
-                "prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens, "repeats": args.repeats,
-                "segment_tokens": args.segment_tokens, "rows": rows}  # fmt: skip
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(document, indent=1) + "\n")
+    document = run_modes(parse_args(argv), run_mode)
     print(markdown(document))
-    return 0 if all(row["same_tokens"] == row["prompts"] for row in rows) else 1
+    return 0 if all(row["same_tokens"] == row["prompts"] for row in document["rows"]) else 1
 
 
 def markdown(document: dict) -> str:
     """The docs' table (`scripts/doc_tables.py`): per mode and route the median t1 and CPU seconds per
     request of each part, then the router's paired t1 ratio and the routes' agreement per mode."""
-    d = document
-    lines = [f"{d['date']}, commit {d['commit']}, {round(d['wall_s'] / 60)} min: {d['link_gbps']:g} Gbit/s, "
-             f"{d['prompt_tokens']:,}-token prompts, {d['max_tokens']} tokens, {d['repeats']} prompts per mode "
-             "each sent by both routes; medians, CPU seconds per request:", "",
-             *md.head(["mode", "via", "t1 s", f"t{d['max_tokens']} s", *PARTS])]  # fmt: skip
+    d, a = document, document["args"]
+    lines = [f"{stamp(d)}: {a['link_gbps']:g} Gbit/s, {a['prompt_tokens']:,}-token prompts, {a['max_tokens']} tokens, "
+             f"{a['repeats']} prompts per mode each sent by both routes; medians, CPU seconds per request:", "",
+             *md.head(["mode", "via", "t1 s", f"t{a['max_tokens']} s", *PARTS])]  # fmt: skip
     for row in d["rows"]:
         for route, s in row["routes"].items():
             cells = [f"`{row['mode']}`", route, f"{s['t1_s']:.2f}", f"{s['last_s']:.2f}",

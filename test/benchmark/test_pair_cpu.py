@@ -22,9 +22,10 @@ def test_routes_are_summarized_per_prompt_pair_and_a_differing_answer_is_counted
     assert summary["routes"]["direct"]["cpu"]["prefill main"] == 0.3
     assert summary["router_over_direct_t1"] == 1.2 and summary["router_over_direct_t1_range"] == [1.0, 1.25]
     assert (summary["same_tokens"], summary["prompts"]) == (2, 3)
-    document = {"date": "2026-12-07", "commit": "abc1234", "wall_s": 600, "link_gbps": 0.1, "prompt_tokens": 1024,
-                "max_tokens": 4, "repeats": 3, "segment_tokens": 512,
+    args = {"link_gbps": 0.1, "prompt_tokens": 1024, "max_tokens": 4, "repeats": 3}
+    document = {"date": "2026-12-07", "commit": "abc1234", "wall_s": 600, "args": args,
                 "rows": [{"mode": "lynx", "runs": runs, **summary}]}  # fmt: skip
     table = pair_cpu.markdown(document)
     assert "| `lynx` | router | 5.00 | 6.00 | 0.40 |" in table
+    assert table.startswith("2026-12-07, commit abc1234, 10 min: 0.1 Gbit/s, 1,024-token prompts")
     assert "`lynx` 1.200 (1.000-1.250), same tokens by both routes in 2 of 3." in table
