@@ -29,9 +29,10 @@ import sys
 
 import doc_markdown as md
 from lynx_deploy.deployment import new_room
+from lynx_deploy.processes import post_json
 from lynx_testing.prompts import chat_prompt, essay_excerpt
 from pair_modes import add_pair_options, run_modes, stamp
-from ttft_outputs import kept, stream_direct_recorded, stream_recorded
+from ttft_outputs import kept, stream_direct_recorded
 from ttft_sweep import deployment, request_body, warm_up
 
 VARIANTS = ("whole", "cached")
@@ -63,7 +64,7 @@ def run_mode(mode: str, model, tokenizer, args) -> dict:
             for variant in VARIANTS[repeat % 2:] + VARIANTS[:repeat % 2]:
                 pd.prefill.flush_cache()
                 if variant == "cached":
-                    stream_recorded(f"{pd.url}/generate", {"text": shared, "sampling_params": WARM})
+                    post_json(f"{pd.url}/generate", {"text": shared, "sampling_params": WARM})
                 run = kept(stream_direct_recorded(pd, body, new_room()))
                 runs[variant].append(run | {"repeat": repeat})
                 print(f"  {mode} repeat {repeat} {variant}: cached {run['prefill_cached_tokens']}, t1 "

@@ -52,12 +52,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _tree(server: SGLangServer) -> list[psutil.Process]:
-    root = psutil.Process(server.process.pid)
+def process_tree(pid: int) -> list[psutil.Process]:
+    """Process `pid` and every descendant of it."""
+    root = psutil.Process(pid)
     return [root, *root.children(recursive=True)]
 
 
-def _cpu_seconds(processes: list[psutil.Process]) -> float:
+def cpu_seconds(processes: list[psutil.Process]) -> float:
+    """User + system CPU seconds of `processes` so far (a process gone meanwhile counts nothing)."""
     total = 0.0
     for process in processes:
         try:
@@ -70,14 +72,14 @@ def _cpu_seconds(processes: list[psutil.Process]) -> float:
 
 def measure(server: SGLangServer, window_s: float) -> dict:
     """Cores used by the server (all processes) and by its scheduler over one window."""
-    everything = _tree(server)
+    everything = process_tree(server.process.pid)
     scheduler = [psutil.Process(pid) for pid in server.scheduler_pids()]
-    start_all, start_sched, started = _cpu_seconds(everything), _cpu_seconds(scheduler), time.monotonic()
+    start_all, start_sched, started = cpu_seconds(everything), cpu_seconds(scheduler), time.monotonic()
     time.sleep(window_s)
     wall = time.monotonic() - started
     return {
-        "server_cores": (_cpu_seconds(everything) - start_all) / wall,
-        "scheduler_cores": (_cpu_seconds(scheduler) - start_sched) / wall,
+        "server_cores": (cpu_seconds(everything) - start_all) / wall,
+        "scheduler_cores": (cpu_seconds(scheduler) - start_sched) / wall,
         "window_s": wall,
     }
 

@@ -34,6 +34,7 @@ import sys
 
 import doc_markdown as md
 import psutil
+from idle_cpu import cpu_seconds, process_tree
 from lynx_deploy.deployment import PDDeployment, new_room
 from pair_modes import add_pair_options, run_modes, stamp
 from ttft_outputs import kept, stream_direct_recorded, stream_recorded
@@ -52,43 +53,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _seconds(times) -> float:
-    return times.user + times.system
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
-
-
-def _tree_seconds(processes: list[psutil.Process]) -> float:
-    total = 0.0
-    for process in processes:
-        try:
-            total += _seconds(process.cpu_times())
-        except psutil.NoSuchProcess:
-            continue
-    return total
-
-
 class CpuMeter:
     """Reads the CPU seconds of every part (`PARTS`) of one running deployment."""
 
     def __init__(self, pd: PDDeployment) -> None:
-        self._router = _tree(pd.router.pid)
+        self._router = process_tree(pd.router.pid)
         self._servers = {}
         for side, server in (("prefill", pd.prefill), ("decode", pd.decode)):
             (scheduler,) = server.scheduler_pids()
-            self._servers[side] = (psutil.Process(scheduler), _tree(server.process.pid))
+            self._servers[side] = (psutil.Process(scheduler), process_tree(server.process.pid))
 
     def read(self) -> dict[str, float]:
-        out = {"router": _tree_seconds(self._router)}
+        out = {"router": cpu_seconds(self._router)}
         for side, (scheduler, tree) in self._servers.items():
             threads = scheduler.threads()
             main = sum(t.user_time + t.system_time for t in threads if t.id == scheduler.pid)
             every = sum(t.user_time + t.system_time for t in threads)
             out |= {f"{side} main": main, f"{side} threads": every - main,
-                    f"{side} rest": _tree_seconds(tree) - _seconds(scheduler.cpu_times())}  # fmt: skip
+                    f"{side} rest": cpu_seconds(tree) - cpu_seconds([scheduler])}  # fmt: skip
         return out
 
 

@@ -20,8 +20,9 @@ minute of a shared machine.
 Request types (`--request-types`): ``greedy``; ``sampled`` (temperature 0.8,
 top-p 0.95, a seed); ``logprobs`` (greedy with the top 5 logprobs of every
 token and the logprobs of three fixed token ids, `TOKEN_IDS`); ``json`` (a
-JSON schema); ``repetition`` (repetition penalty 1.2). Every type runs to `--max-tokens` tokens (``ignore_eos``; the JSON schema asks
-for enough items), and every request in every mode asks for the top logprobs
+JSON schema); ``repetition`` (repetition penalty 1.2). Every type runs to
+`--max-tokens` tokens (``ignore_eos``; the JSON schema asks for enough
+items), and every request in every mode asks for the top logprobs
 of each output token (2; 20 for ``sampled``): each ``lynx`` run is judged
 token by token against the ``int8`` run of the same request (`ttft_outputs`:
 near ties, then int8 continued from lynx's prefix on a loopback server
