@@ -128,10 +128,15 @@ def logprob_drift(mine: dict, ref: dict) -> dict[str, list[float]]:
         for lp, t, *_ in tops:
             if int(t) in theirs and lp is not None and theirs[int(t)] is not None:
                 drifts["output" if int(t) == token else "top"].append(abs(lp - theirs[int(t)]))
-        if pos < len(mine.get("ids_tops") or ()) and pos < len(ref.get("ids_tops") or ()):
-            asked = {int(t): lp for lp, t, *_ in ref["ids_tops"][pos]}
-            drifts["token_ids"] += [abs(lp - asked[int(t)]) for lp, t, *_ in mine["ids_tops"][pos] if int(t) in asked]
+        mine_ids, ref_ids = _at(mine.get("ids_tops"), pos), _at(ref.get("ids_tops"), pos)
+        if mine_ids and ref_ids:  # none for the first token: the prefill does not compute them
+            asked = {int(t): lp for lp, t, *_ in ref_ids}
+            drifts["token_ids"] += [abs(lp - asked[int(t)]) for lp, t, *_ in mine_ids if int(t) in asked]
     return drifts
+
+
+def _at(entries, pos: int):
+    return entries[pos] if entries and pos < len(entries) else None
 
 
 def _judge_run(mine: dict, ref: dict, body: dict, encode, reference_url, vocab: int, index: int) -> Tally:
