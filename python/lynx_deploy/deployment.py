@@ -52,6 +52,10 @@ class PDDeployment:
         prefill_args, decode_args: further arguments for one server only (e.g. its ``--tp-size``).
         prefill_servers: how many prefill servers feed the one decode server through the router
             (fan-in); each has its own bootstrap port. `prefill` is the first of `prefills`.
+
+    Leaving its ``with`` block on an exception other than a failed assertion (a request that
+    failed or timed out) first appends every server's Python stacks to its log
+    (`SGLangServer.dump_stacks`): where a stuck server waits.
     """
 
     def __init__(
@@ -267,5 +271,9 @@ class PDDeployment:
             self.stop()
             raise
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        if exc_type is not None and not issubclass(exc_type, (AssertionError, KeyboardInterrupt)):
+            # a request that failed or timed out: each server's log gets where its processes wait
+            for server in (*self.prefills, self.decode):
+                server.dump_stacks(f"the deployment stops after {exc_type.__name__}: {str(exc)[:200]}")
         self.stop()

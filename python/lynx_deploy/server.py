@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
-from lynx_deploy.processes import HOST, die_with_parent, free_port, log_tail, post_json, stop_group
+from lynx_deploy.processes import HOST, die_with_parent, dump_stacks, free_port, log_tail, post_json, stop_group
 
 # What a small server needs on a CPU-only machine: one OpenMP thread per server
 # (two cores are shared by several processes), every plane on loopback, no hub.
@@ -180,6 +180,19 @@ class SGLangServer:
             return []
         children = psutil.Process(self.process.pid).children(recursive=True)
         return [child.pid for child in children if "scheduler" in " ".join(child.cmdline() or [child.name()])]
+
+    def dump_stacks(self, reason: str) -> None:
+        """Append the Python stacks of the server's processes (HTTP server, schedulers, detokenizer)
+        to its log (`processes.dump_stacks`)."""
+        import psutil
+
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            pids = [self.process.pid, *(c.pid for c in psutil.Process(self.process.pid).children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return
+        dump_stacks(pids, self.log_path, reason)
 
     def stop(self, grace: float = 15.0) -> None:
         """End the server's process group: SIGTERM, then SIGKILL after `grace` seconds."""

@@ -106,3 +106,12 @@ def test_a_server_slot_tries_again_after_a_server_that_never_got_ready():
     assert slot.serve("a", lambda: _Started("a2", log)) == "http://a2"
     slot.close()
     assert log == [("start", "http://a"), ("start", "http://a2"), ("stop", "http://a2")]
+
+
+def test_a_servers_stacks_go_to_its_log_with_the_reason(tmp_path):
+    """What a deployment leaving on an error leaves for the reader: each process's Python stacks."""
+    with _fake(tmp_path, faulty_starts=0) as server:
+        server.dump_stacks("the request timed out")
+    log = (tmp_path / "server.log").read_text()
+    assert "Python stacks at" in log and "the request timed out" in log
+    assert "serve_forever" in log, log[-2000:]
