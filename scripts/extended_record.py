@@ -11,6 +11,9 @@ XML (stopped by hand) but whose passes pytest printed can be named with
 ``--passed-without-record FILE`` (one test id per line): they are recorded as
 passed with no duration. ``--add-to`` keeps the parts of the record already
 at ``--out`` (whose XML may be gone) and adds the new ones after them.
+``--retired TEST=WHY`` names a test of an earlier part that no longer exists
+as it ran (renamed, or asserting something else now): its rows stay in their
+part but no longer count, and the record lists it under ``retired``.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ def main(argv=None) -> int:
     parser.add_argument("--not-run", action="append", default=[], help="an extended test left out of the run, why")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--add-to", action="store_true", help="keep the parts already recorded at --out")
+    parser.add_argument("--retired", action="append", default=[], help="TEST=WHY: an earlier part's test that no longer exists")
     args = parser.parse_args(argv)
     parts = json.loads(args.out.read_text())["parts"] if args.add_to else []
     if args.passed_without_record:
@@ -52,14 +56,16 @@ def main(argv=None) -> int:
         path, _, commit = junit.rpartition("@") if "@" in junit else (junit, "", "")
         started, rows = cases(Path(path))
         parts.append({"started": started, "commit": commit or args.commit, "tests": rows})
+    retired = json.loads(args.out.read_text()).get("retired", {}) if args.add_to else {}
+    retired.update(dict(entry.split("=", 1) for entry in args.retired))
     tests = [row for part in parts for row in part["tests"]]
     seen: dict[str, list[str]] = {}  # each test's outcomes, part by part; the last one counts
-    for row in tests:
+    for row in (row for row in tests if row["test"] not in retired):
         seen.setdefault(row["test"], []).append(row["outcome"])
     outcomes = {o: sum(history[-1] == o for history in seen.values()) for o in ("passed", "failed", "error", "skipped")}
     outcomes["failed"] += outcomes.pop("error")
     record = {"commit": args.commit, "counts": {**outcomes, "not_run": len(args.not_run)}, "not_run": args.not_run,
-              "rerun": {test: history for test, history in seen.items() if len(history) > 1},
+              "retired": retired, "rerun": {test: history for test, history in seen.items() if len(history) > 1},
               "recorded_seconds": round(sum(row["seconds"] or 0 for row in tests)), "parts": parts}
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"{args.out}: {record['counts']}")

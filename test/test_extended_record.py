@@ -61,3 +61,21 @@ def test_a_part_added_to_a_record_keeps_the_parts_already_there(tmp_path):
     assert [part["commit"] for part in record["parts"]] == ["abc1234", "def5678"]
     assert record["commit"] == "def5678" and record["counts"]["failed"] == 0
     assert record["rerun"]["test/lynx_patches/test_a.py::test_two"] == ["failed", "passed"]
+
+
+def test_a_retired_test_stays_in_its_part_but_no_longer_counts(tmp_path):
+    (tmp_path / "run.xml").write_text(JUNIT)
+    out = tmp_path / "record.json"
+    first = ["--commit", "abc1234", "--junit", str(tmp_path / "run.xml"), "--out", str(out)]
+    subprocess.run([sys.executable, str(SCRIPT), *first], check=True, capture_output=True)
+    (tmp_path / "later.xml").write_text(JUNIT.replace("test_two", "test_two_renamed").replace('<failure message="no" />', ""))
+    later = ["--commit", "def5678", "--junit", str(tmp_path / "later.xml"), "--out", str(out), "--add-to",
+             "--retired", "test/lynx_patches/test_a.py::test_two=renamed: test_two_renamed"]  # fmt: skip
+    subprocess.run([sys.executable, str(SCRIPT), *later], check=True, capture_output=True)
+    record = json.loads(out.read_text())
+    assert record["retired"] == {"test/lynx_patches/test_a.py::test_two": "renamed: test_two_renamed"}
+    assert record["counts"] == {"passed": 2, "failed": 0, "skipped": 1, "not_run": 0}
+    assert "test/lynx_patches/test_a.py::test_two" in [t["test"] for t in record["parts"][0]["tests"]]
+    again = ["--commit", "def5678", "--out", str(out), "--add-to"]  # a later addition keeps the retirement
+    subprocess.run([sys.executable, str(SCRIPT), *again], check=True, capture_output=True)
+    assert json.loads(out.read_text())["retired"] == record["retired"]
