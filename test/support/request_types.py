@@ -8,7 +8,8 @@ derived from its room, so a fixed room makes two deployments' samples
 comparable), or straight to both servers with list bootstrap fields
 (``direct``: SGLang's router refuses batched bodies, and `smg` 1.13 drops
 `logit_bias` from a `/generate` body, so a logit bias sent through it would
-reach neither server). Every prompt but the
+reach neither server; ``logit-bias-via-router`` sends it through the router
+anyway, to check that it still does). Every prompt but the
 second of ``batch-list`` is long enough that its residual lands while it
 drafts on its anchor.
 """
@@ -23,6 +24,7 @@ PROMPT_TOKENS = 512
 MAX_TOKENS = 24
 TOP_LOGPROBS = 20  # as many as the references report, so a logprob request is the same request in both modes
 CHAT_ROOM = 0x5EED_0C4A7  # the bootstrap room of every ``chat`` request
+LOGIT_BIAS = {"30": -100.0, "260": 4.0}  # "." never, " the" more often: the greedy answer changes
 PERSON_SCHEMA = {
     "type": "object",
     "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
@@ -32,8 +34,8 @@ PERSON_SCHEMA = {
 
 NAMES = (
     "greedy", "logprobs", "token-ids-logprobs", "sampled-seed-logprobs", "frequency-presence-penalty",
-    "repetition-penalty", "logit-bias", "min-new-tokens", "stop-string", "stop-regex", "json-schema", "regex",
-    "ebnf", "n-2", "prompt-logprobs-no-output", "batch-list", "select-batch", "chat-n-2",
+    "repetition-penalty", "logit-bias", "logit-bias-via-router", "min-new-tokens", "stop-string", "stop-regex",
+    "json-schema", "regex", "ebnf", "n-2", "prompt-logprobs-no-output", "batch-list", "select-batch", "chat-n-2",
     "prompt-logprobs-from-start", "same-prompt-batch",
 )  # fmt: skip
 
@@ -69,7 +71,8 @@ def request_types(tokenizer) -> list[RequestType]:
         RequestType("sampled-seed-logprobs", {**body(temperature=0.8, top_p=0.95, sampling_seed=21), **logprobs}),
         RequestType("frequency-presence-penalty", body(frequency_penalty=0.8, presence_penalty=0.6)),
         RequestType("repetition-penalty", body(repetition_penalty=1.3)),
-        RequestType("logit-bias", body(logit_bias={"30": -100.0, "260": 4.0}), how="direct"),
+        RequestType("logit-bias", body(logit_bias=LOGIT_BIAS), how="direct"),
+        RequestType("logit-bias-via-router", body(logit_bias=LOGIT_BIAS)),
         RequestType("min-new-tokens", body(say_yes, min_new_tokens=12)),
         RequestType("stop-string", body(stop=[" the ", "."])),
         RequestType("stop-regex", body(stop_regex=r"\bis\b")),
