@@ -272,7 +272,7 @@ class PDDeployment:
             raise
 
     def __exit__(self, exc_type, exc, traceback) -> None:
-        if exc_type is not None and not issubclass(exc_type, (AssertionError, KeyboardInterrupt)):
+        if exc_type is not None and issubclass(exc_type, Exception) and not issubclass(exc_type, AssertionError):
             # a request that failed or timed out: each server's log gets where its processes wait
             for server in (*self.prefills, self.decode):
                 server.dump_stacks(f"the deployment stops after {exc_type.__name__}: {str(exc)[:200]}")
