@@ -44,3 +44,12 @@ def test_the_decode_upgrade_check_passes_its_dry_run_on_a_cpu_pool(tmp_path):
     for preset in report["presets"].values():
         assert preset["anchor_exact"] and preset["upgrade_exact"] and preset["untouched"] and not preset["failures"]
         assert preset["control_stages_differ"], "the anchor alone must decode to other values than every stream"
+
+
+@pytest.mark.slow
+def test_the_script_running_every_gpu_check_says_it_checked_nothing_without_a_gpu(tmp_path):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHON": sys.executable}
+    result = subprocess.run([str(ROOT / "scripts" / "gpu_checks.sh"), str(tmp_path)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 2 and "no CUDA GPU visible; nothing checked" in result.stderr
+    assert not list(tmp_path.iterdir())
