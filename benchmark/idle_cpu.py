@@ -33,7 +33,7 @@ from pathlib import Path
 import psutil
 from lynx_deploy.models import prepare_smollm2
 from lynx_deploy.deployment import PDDeployment
-from lynx_deploy.processes import post_json
+from lynx_deploy.processes import post_json, process_tree
 from lynx_deploy.server import CPU_MODEL_ARGS, SGLangServer
 from lynx_testing import provenance
 from lynx_testing.prompts import chat_prompt, long_question
@@ -50,12 +50,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--json", default="results/idle_cpu.json", help="where the rows go")
     parser.add_argument("--log-dir", default="results/idle_cpu_logs")
     return parser.parse_args(argv)
-
-
-def process_tree(pid: int) -> list[psutil.Process]:
-    """Process `pid` and every descendant of it."""
-    root = psutil.Process(pid)
-    return [root, *root.children(recursive=True)]
 
 
 def cpu_seconds(processes: list[psutil.Process]) -> float:

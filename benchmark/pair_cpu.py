@@ -34,8 +34,9 @@ import sys
 
 import doc_markdown as md
 import psutil
-from idle_cpu import cpu_seconds, process_tree
+from idle_cpu import cpu_seconds
 from lynx_deploy.deployment import PDDeployment, new_room
+from lynx_deploy.processes import process_tree
 from pair_modes import add_pair_options, run_modes, stamp
 from ttft_outputs import kept, stream_direct_recorded, stream_recorded
 from ttft_sweep import deployment, request_body, warm_up

@@ -48,7 +48,8 @@ def main(argv=None) -> int:
     parser.add_argument("--add-to", action="store_true", help="keep the parts already recorded at --out")
     parser.add_argument("--retired", action="append", default=[], help="TEST=WHY: an earlier part's test that no longer exists")
     args = parser.parse_args(argv)
-    parts = json.loads(args.out.read_text())["parts"] if args.add_to else []
+    previous = json.loads(args.out.read_text()) if args.add_to else {}
+    parts = previous["parts"] if args.add_to else []
     if args.passed_without_record:
         ids = [line.strip() for line in args.passed_without_record.read_text().splitlines() if line.strip()]
         parts.append({"started": None, "commit": args.commit, "tests": [{"test": i, "outcome": "passed", "seconds": None} for i in ids]})
@@ -56,8 +57,7 @@ def main(argv=None) -> int:
         path, _, commit = junit.rpartition("@") if "@" in junit else (junit, "", "")
         started, rows = cases(Path(path))
         parts.append({"started": started, "commit": commit or args.commit, "tests": rows})
-    retired = json.loads(args.out.read_text()).get("retired", {}) if args.add_to else {}
-    retired.update(dict(entry.split("=", 1) for entry in args.retired))
+    retired = {**previous.get("retired", {}), **dict(entry.split("=", 1) for entry in args.retired)}
     tests = [row for part in parts for row in part["tests"]]
     seen: dict[str, list[str]] = {}  # each test's outcomes, part by part; the last one counts
     for row in (row for row in tests if row["test"] not in retired):

@@ -94,6 +94,14 @@ def post_json(url: str, body: dict, timeout: float = 600.0):
         return json.loads(resp.read())
 
 
+def process_tree(pid: int) -> list:
+    """Process `pid` and every descendant of it (psutil processes)."""
+    import psutil
+
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
 def dump_stacks(pids: Sequence[int], log_path: Path, reason: str, timeout: float = 30.0) -> None:
     """Append each process's Python stacks, every thread (``py-spy dump``, which SGLang installs), to
     `log_path` under a line naming `reason`: what a stuck server's processes were waiting in. A
@@ -101,16 +109,15 @@ def dump_stacks(pids: Sequence[int], log_path: Path, reason: str, timeout: float
     spy = shutil.which("py-spy", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     with open(log_path, "a") as log:
         log.write(f"\n==== Python stacks at {time.strftime('%H:%M:%S')}: {reason} ====\n")
+        if spy is None:
+            log.write("py-spy not found\n")
+            return
         for pid in pids:
-            if spy is None:
-                log.write(f"{pid}: py-spy not found\n")
-                continue
             try:
                 done = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=timeout)
                 log.write(done.stdout + (f"{pid}: {(done.stderr.strip() or 'no stacks').splitlines()[0]}\n" if done.returncode else ""))
             except subprocess.TimeoutExpired:
                 log.write(f"{pid}: py-spy dump took over {timeout:.0f} s\n")
-        log.flush()
 
 
 def stop_group(process: subprocess.Popen, grace: float = 15.0) -> None:

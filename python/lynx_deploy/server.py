@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
-from lynx_deploy.processes import HOST, die_with_parent, dump_stacks, free_port, log_tail, post_json, stop_group
+from lynx_deploy.processes import HOST, die_with_parent, dump_stacks, free_port, log_tail, post_json, process_tree, stop_group
 
 # What a small server needs on a CPU-only machine: one OpenMP thread per server
 # (two cores are shared by several processes), every plane on loopback, no hub.
@@ -174,11 +174,9 @@ class SGLangServer:
 
     def scheduler_pids(self) -> list[int]:
         """Process ids of the server's scheduler processes (they hold the KV and the Lynx threads)."""
-        import psutil
-
         if self.process is None:
             return []
-        children = psutil.Process(self.process.pid).children(recursive=True)
+        children = process_tree(self.process.pid)[1:]
         return [child.pid for child in children if "scheduler" in " ".join(child.cmdline() or [child.name()])]
 
     def dump_stacks(self, reason: str) -> None:
@@ -189,7 +187,7 @@ class SGLangServer:
         if self.process is None or self.process.poll() is not None:
             return
         try:
-            pids = [self.process.pid, *(c.pid for c in psutil.Process(self.process.pid).children(recursive=True))]
+            pids = [process.pid for process in process_tree(self.process.pid)]
         except psutil.NoSuchProcess:
             return
         dump_stacks(pids, self.log_path, reason)
