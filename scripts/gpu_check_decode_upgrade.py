@@ -32,17 +32,15 @@ Exit status: 0 all checks passed, 1 a check failed, 2 nothing was checked (no CU
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import sys
 import time
 from types import SimpleNamespace
 
-import numpy as np
 import torch
 from lynx.transfer.frames import AUX_STREAM
-from pd_fakes import AUX_LENS, SECRET, DecodeHost, config, transfer_messages
+from pd_fakes import AUX_LENS, SECRET, DecodeHost, FakePool, config, transfer_messages
 
 EXIT_FAILED = 1
 EXIT_NO_GPU = 2
@@ -66,17 +64,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def make_pool(args, device: str, seed: int, slots: int):
-    """Per-layer bf16 K/V of `slots` tokens on `device`, with metadata rows and their `PoolView`."""
-    from lynx.pd.pool import PoolView
-
-    generator = torch.Generator().manual_seed(seed)
-    shape = (slots, args.heads, args.head_dim)
-    k = [torch.randn(shape, generator=generator).to(torch.bfloat16).to(device) for _ in range(args.layers)]
-    v = [torch.randn(shape, generator=generator).to(torch.bfloat16).to(device) for _ in range(args.layers)]
-    aux_rows = [np.zeros((4, n), dtype=np.uint8) for n in AUX_LENS]
-    ptrs = tuple(row.ctypes.data_as(ctypes.c_void_p).value for row in aux_rows)
-    return SimpleNamespace(k=k, v=v, aux_rows=aux_rows, view=PoolView(tuple(k), tuple(v), 1, ptrs, AUX_LENS, None))
+def make_pool(args, device: str, seed: int, slots: int) -> FakePool:
+    """Per-layer bf16 K/V of `slots` tokens of the checked shape on `device`, with metadata rows."""
+    return FakePool(seed, slots, layers=args.layers, heads=args.heads, head_dim=args.head_dim, device=device)
 
 
 def reference(cfg, source, src: torch.Tensor, target_cpu, dst: torch.Tensor, streams_used: int) -> list[torch.Tensor]:

@@ -32,18 +32,23 @@ class FakePool:
     """Per-layer bf16 K/V tensors and metadata rows, with their `PoolView` (page size 1).
 
     `shard` says which KV heads of a tensor-parallel model the pool holds (its
-    ``heads`` of them); None is every head, on one rank.
+    ``heads`` of them); None is every head (`heads`), on one rank. The tensors
+    are made on the CPU from `seed`, then moved to `device`.
     """
 
     seed: int = 0
     slots: int = SLOTS
     shard: HeadShard | None = None
+    layers: int = LAYERS
+    heads: int = HEADS
+    head_dim: int = DIM
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         g = torch.Generator().manual_seed(self.seed)
-        heads = HEADS if self.shard is None else self.shard.heads
-        self.k = [torch.randn(self.slots, heads, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
-        self.v = [torch.randn(self.slots, heads, DIM, generator=g).to(torch.bfloat16) for _ in range(LAYERS)]
+        shape = (self.slots, self.heads if self.shard is None else self.shard.heads, self.head_dim)
+        self.k = [torch.randn(shape, generator=g).to(torch.bfloat16).to(self.device) for _ in range(self.layers)]
+        self.v = [torch.randn(shape, generator=g).to(torch.bfloat16).to(self.device) for _ in range(self.layers)]
         self.aux_rows = [np.zeros((4, n), dtype=np.uint8) for n in AUX_LENS]
         ptrs = tuple(row.ctypes.data_as(ctypes.c_void_p).value for row in self.aux_rows)
         self.view = PoolView(tuple(self.k), tuple(self.v), 1, ptrs, AUX_LENS, self.shard)
